@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# slurm_e2e.sh - run a (tiny) config of the workflow twice from a scratch copy of this checkout:
+# once with the local executor, once through `snakemake --profile slurm` against the cluster of
+# .ci/slurm.sh. Passes when every non-local job went through sbatch and is COMPLETED in sacct,
+# and when the SLURM run's results/ equal the local run's file for file.
+#
+# Usage: .ci/slurm_e2e.sh [CONFIG [TARGET...]]   (default: config/ci.yaml, the Snakefile's default target)
+# Environment: KVZAP_E2E_TIMEOUT (s, default 1800) per snakemake run;
+#   KVZAP_E2E_IGNORE  extended regex of results/ paths not compared (default: none);
+#   KVZAP_CI_PARTITION / KVZAP_CI_ACCOUNT as given to .ci/slurm.sh (handed to the profile).
+# snakemake must be on PATH (the project venv).
+set -euo pipefail
+
+repo=$(cd "$(dirname "$0")/.." && pwd)
+config=${1:-config/ci.yaml}
+shift || true
+targets=("$@")
+timeout_s=${KVZAP_E2E_TIMEOUT:-1800}
+ignore=${KVZAP_E2E_IGNORE:-}
+export KVZAP_SLURM_PARTITION=${KVZAP_CI_PARTITION:-gpu} KVZAP_SLURM_ACCOUNT=${KVZAP_CI_ACCOUNT:-kvzap}
+
+log() { printf '[slurm_e2e %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
+fail() { log "FAIL: $*"; echo "0 passed, 1 failed"; exit 1; }
+
+# Both runs use the same absolute path, so outputs that record paths compare equal too.
+scratch=$(mktemp -d /tmp/kvzap-e2e.XXXXXX)
+work=$scratch/repo
+mkdir -p "$work"
+(cd "$repo" && git ls-files -co --exclude-standard -z | grep -zv '^results/' | tar --null --ignore-failed-read -T - -cf -) | tar -xf - -C "$work"
+cd "$work"
+log "scratch copy in $work; config $config; targets ${targets[*]:-(default)}"
+
+# The user's exact command must resolve the profile from the repository root.
+snakemake --profile slurm -n --configfile "$config" "${targets[@]}" >"$scratch/dryrun.log" 2>&1 ||
+  { tail -n 30 "$scratch/dryrun.log"; fail "snakemake --profile slurm -n"; }
+grep -q '^Using profile slurm ' "$scratch/dryrun.log" || fail "dry run did not use the slurm profile"
+
+t0=$SECONDS
+timeout -k 10 "$timeout_s" snakemake --cores 2 --configfile "$config" "${targets[@]}" >"$scratch/local.log" 2>&1 ||
+  { tail -n 40 "$scratch/local.log"; fail "local run"; }
+log "local run: $((SECONDS - t0)) s"
+mv results "$scratch/local_results"
+rm -rf .snakemake
+
+t0=$SECONDS
+# Fast polling only; plain options override the profile without replacing its default-resources.
+# A snakemake waiting on SLURM ignores SIGTERM, hence -k.
+timeout -k 10 "$timeout_s" snakemake --profile slurm --configfile "$config" \
+  --slurm-init-seconds-before-status-checks 2 --latency-wait 5 --retries 0 \
+  "${targets[@]}" >"$scratch/slurm.log" 2>&1 || { tail -n 60 "$scratch/slurm.log"; fail "SLURM run"; }
+slurm_s=$((SECONDS - t0))
+log "SLURM run: $slurm_s s"
+
+run_id=$(sed -n 's/^SLURM run ID: //p' "$scratch/slurm.log" | head -1)
+[[ -n $run_id ]] || fail "no 'SLURM run ID' in the log: did the slurm executor run?"
+submitted=$(grep -c 'has been submitted with SLURM jobid' "$scratch/slurm.log" || true)
+localrules=$(grep -c '^localrule ' "$scratch/slurm.log" || true)
+total=$(awk '$1 == "total" {print $2; exit}' "$scratch/slurm.log")
+sleep 2 # sacct lags slurmctld by a moment
+sacct -X -n -P --name "$run_id" -S now-1day -o JobID,State,Partition,Account,AllocTRES | tee "$scratch/sacct.txt"
+completed=$(cut -d'|' -f2 "$scratch/sacct.txt" | grep -cx COMPLETED || true)
+log "jobs: total=$total submitted=$submitted local=$localrules completed_in_sacct=$completed"
+((submitted >= 1)) || fail "no job was submitted to SLURM"
+((submitted + localrules == total)) || fail "$((total - submitted - localrules)) job(s) bypassed sbatch"
+((completed == submitted)) || fail "sacct shows $completed of $submitted jobs COMPLETED"
+cut -d'|' -f3 "$scratch/sacct.txt" | grep -qvx "$KVZAP_SLURM_PARTITION" && fail "a job ran outside partition $KVZAP_SLURM_PARTITION"
+
+# Same outputs: the same file list, byte-identical files.
+list() { (cd "$1" && find . -type f | sed 's|^\./||' | { if [[ -n $ignore ]]; then grep -Ev "$ignore"; else cat; fi; } | sort); }
+diff <(list "$scratch/local_results") <(list results) || fail "the two runs wrote different files"
+n=0
+while IFS= read -r f; do
+  cmp -s "$scratch/local_results/$f" "results/$f" || fail "results/$f differs between the local and the SLURM run"
+  n=$((n + 1))
+done < <(list results)
+((n > 0)) || fail "no outputs to compare"
+log "$n output files identical; SLURM run took $slurm_s s"
+rm -rf "$scratch"
+echo "1 passed, 0 failed"
