@@ -1,0 +1,35 @@
+"""The "kvzap" attention implementation: exact attention over pruned layers, sdpa for everything else.
+
+transformers calls `cache.update(...)` and hands its result to the model's attention function. A pruned
+layer returns itself, so this function can send the query to `layer.attend`; dense layers go to sdpa with
+sdpa's masks. It is registered under a new name (nothing existing is replaced) and must stay selected as
+long as a pruned cache is in use, e.g. for the question pass kvpress's pipeline runs after the press block.
+"""
+
+from __future__ import annotations
+
+from transformers import AttentionInterface, PreTrainedModel
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+from kvzap.pruning.cache import JudgedLayer
+
+NAME = "kvzap"
+
+
+def kvzap_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
+    """query (B, Hq, T, D); key/value dense (B, H, L, D) or a JudgedLayer -> ((B, T, Hq, D), None)."""
+    if isinstance(key, JudgedLayer):
+        scaling = query.shape[-1] ** -0.5 if scaling is None else scaling
+        return key.attend(query, attention_mask, scaling), None
+    return ALL_ATTENTION_FUNCTIONS["sdpa"](module, query, key, value, attention_mask, dropout=dropout,
+                                           scaling=scaling, **kwargs)
+
+
+def use_kvzap_attention(model: PreTrainedModel) -> None:
+    """Select the "kvzap" attention on `model` (idempotent); dense caches then behave exactly as with sdpa."""
+    if NAME not in ALL_ATTENTION_FUNCTIONS:
+        AttentionInterface.register(NAME, kvzap_attention)
+        AttentionMaskInterface.register(NAME, sdpa_mask)
+    if model.config._attn_implementation != NAME:
+        model.set_attn_implementation(NAME)

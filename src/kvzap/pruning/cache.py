@@ -1,0 +1,251 @@
+"""Cache layers whose (batch, kv-head) rows hold different numbers of tokens.
+
+Every layer keeps the unjudged recent tokens (the window) dense, with a score per (batch, kv-head, token);
+a press judges the oldest window tokens once and the layer stores the verdict:
+- `PrunedLayer` (physical eviction): kept tokens move to one packed buffer per row, dropped ones are freed,
+  so held bytes follow the kept count, not the sequence length.
+- `MaskedLayer` (the kvpress way, our reference): everything stays dense and dropped tokens are masked.
+Both attend exactly (every query head of a GQA group sees its kv-head's row) through `attend`, which the
+"kvzap" attention function calls; `get_seq_length` is the unpruned length, so RoPE positions continue from it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from transformers.cache_utils import CacheLayerMixin
+
+# Spare slots a packed row gets when it grows: bounds both reallocations and unused bytes per row.
+ROW_SLACK = 32
+
+
+class _Crop:
+    """What `layer.keys[:, :, :n]` returns: kvpress's pipeline assigns it back to drop the answer tokens."""
+
+    def __init__(self, layer: "JudgedLayer"):
+        self.layer = layer
+        self.length = None
+
+    def __getitem__(self, index):
+        if not (isinstance(index, tuple) and len(index) == 3 and index[2].start is None and index[2].step is None):
+            raise TypeError("A pruned cache layer only supports `layer.keys[:, :, :n]` (truncation to n tokens).")
+        crop = _Crop(self.layer)
+        crop.length = index[2].stop
+        return crop
+
+
+class JudgedLayer(CacheLayerMixin):
+    """Shared bookkeeping: unpruned length, window scores (+inf = never judged), removed counts per row."""
+
+    is_sliding = False
+
+    def __init__(self, window_keys: torch.Tensor, window_values: torch.Tensor):
+        # No super().__init__(): `keys`/`values` are the truncation views below, not dense tensors.
+        batch, heads, length, _ = window_keys.shape
+        self.is_initialized = True
+        self.dtype, self.device = window_keys.dtype, window_keys.device
+        self.seen = length  # tokens ever appended: the unpruned length
+        self.scores = torch.full((batch, heads, length), math.inf, device=self.device)  # (B, H, window)
+        self.removed = torch.zeros(batch, heads, dtype=torch.long, device=self.device)  # (B, H)
+
+    # kvpress pipeline compatibility: `layer.keys = layer.keys[:, :, :n]` crops to n tokens.
+    @property
+    def keys(self) -> _Crop:
+        return _Crop(self)
+
+    @keys.setter
+    def keys(self, crop: _Crop) -> None:
+        if not isinstance(crop, _Crop):
+            raise TypeError("A pruned cache layer holds no dense keys; use crop(n) to truncate it.")
+        self.crop(crop.length)
+
+    values = keys
+
+    def lazy_initialization(self, key_states, value_states) -> None:
+        """Created from a filled dense layer, so never lazily."""
+
+    @property
+    def window_len(self) -> int:
+        return self.scores.shape[-1]
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, cache_kwargs=None):
+        """Append new tokens (B, H, T, D) to the window, unscored; the attention function reads the layer itself."""
+        self._append(key_states, value_states)
+        batch, heads, length, _ = key_states.shape
+        self.scores = torch.cat([self.scores, self.scores.new_full((batch, heads, length), math.inf)], dim=-1)
+        self.seen += length
+        return self, self
+
+    def set_scores(self, scores: torch.Tensor) -> None:
+        """Scores (B, H, T) of the T newest tokens, so the press can judge them when they leave the window."""
+        self.scores[..., -scores.shape[-1]:] = scores.to(self.scores.dtype)
+
+    def judge(self, n: int, keep: torch.Tensor) -> None:
+        """Settle the n oldest window tokens: keep (B, H, n) bool says which survive."""
+        self._settle(n, keep)
+        self.removed += (~keep).sum(-1)
+        self.scores = self.scores[..., n:].clone()
+
+    def get_seq_length(self) -> int:
+        return self.seen
+
+    def get_mask_sizes(self, cache_position: torch.Tensor) -> tuple[int, int]:
+        return self.seen + cache_position.shape[0], 0
+
+    def get_max_cache_shape(self) -> int:
+        return -1
+
+    def reset(self) -> None:
+        raise NotImplementedError("A pruned cache cannot be reused: create a new cache for a new prompt.")
+
+    def reorder_cache(self, beam_idx) -> None:
+        raise NotImplementedError("Beam search is not supported with a pruned cache; use greedy or sampling.")
+
+    batch_repeat_interleave = batch_select_indices = reorder_cache
+
+    def crop(self, max_length: int) -> None:
+        """Drop every token at position >= max_length (they must still be in the window, i.e. unjudged)."""
+        if max_length < 0:
+            max_length = self.seen + max_length
+        n_drop = self.seen - max_length
+        if n_drop <= 0:
+            return
+        if n_drop > self.window_len:
+            raise ValueError(f"Cannot crop {n_drop} tokens: only the {self.window_len} unjudged ones can be removed.")
+        self._drop_newest(n_drop)
+        self.scores = self.scores[..., :-n_drop].clone()
+        self.seen = max_length
+
+    def attend(self, query: torch.Tensor, attention_mask: torch.Tensor | None, scaling: float) -> torch.Tensor:
+        """query (B, Hq, T, D) of the T newest tokens -> attention output (B, T, Hq, D)."""
+        batch, q_heads, length, dim = query.shape
+        heads = self.scores.shape[1]
+        group = q_heads // heads
+        q = query.reshape(batch, heads, group * length, dim)  # (B, H, G*T, D): a row's queries together
+        out = self._attend(q, _new_token_mask(attention_mask, self.seen, length, group), scaling)
+        return out.view(batch, heads, group, length, dim).reshape(batch, q_heads, length, dim).transpose(1, 2)
+
+    def newest(self, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys and values (B, H, length, D) of the newest tokens, for scorers that read them."""
+        return self.dense_keys[:, :, -length:], self.dense_values[:, :, -length:]
+
+    def _append(self, key_states, value_states):
+        self.dense_keys = torch.cat([self.dense_keys, key_states], dim=-2)
+        self.dense_values = torch.cat([self.dense_values, value_states], dim=-2)
+
+    def _drop_newest(self, n):
+        self.dense_keys = self.dense_keys[..., :-n, :].clone()
+        self.dense_values = self.dense_values[..., :-n, :].clone()
+
+    def compression(self) -> torch.Tensor:
+        """Fraction removed per (batch, kv-head), over the unpruned length (kvpress DMSPress's denominator)."""
+        return self.removed.double() / self.seen
+
+
+def _new_token_mask(attention_mask: torch.Tensor | None, seen: int, length: int, group: int) -> torch.Tensor:
+    """(B|1, 1, G*T, T) bool: which new tokens each query may see; every older token is visible to all."""
+    if attention_mask is None:
+        block = torch.ones(length, length, dtype=torch.bool).tril()[None, None]
+    else:
+        # sdpa-style bool mask over the unpruned positions (B, 1, T, seen): past must be fully visible.
+        if attention_mask.dtype != torch.bool:
+            attention_mask = attention_mask == 0
+        if not bool(attention_mask[..., : seen - length].all()):
+            raise NotImplementedError("Padded batches are not supported with a pruned cache: use equal-length prompts.")
+        block = attention_mask[..., seen - length:]
+    return block.repeat(1, 1, group, 1)
+
+
+class PrunedLayer(JudgedLayer):
+    """Physical eviction: kept tokens live in per-row packed buffers, the window stays dense."""
+
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor):
+        super().__init__(keys, values)
+        batch, heads, _, dim = keys.shape
+        # The dense part is the window; copies, so the dense prefill tensors can be freed.
+        self.dense_keys, self.dense_values = keys.clone(), values.clone()  # (B, H, window, D)
+        n_rows = batch * heads
+        self.row_keys = [keys.new_empty(0, dim) for _ in range(n_rows)]  # each (capacity, D)
+        self.row_values = [values.new_empty(0, dim) for _ in range(n_rows)]
+        self.row_len = [0] * n_rows
+
+    def _settle(self, n, keep):
+        heads = keep.shape[1]
+        leaving_k, leaving_v = self.dense_keys[:, :, :n], self.dense_values[:, :, :n]
+        counts = keep.sum(-1).flatten().tolist()
+        for row, count in enumerate(counts):
+            if count == 0:
+                continue
+            b, h = divmod(row, heads)
+            mask = keep[b, h]
+            self._grow(row, self.row_len[row] + count)
+            start, stop = self.row_len[row], self.row_len[row] + count
+            self.row_keys[row][start:stop] = leaving_k[b, h][mask]
+            self.row_values[row][start:stop] = leaving_v[b, h][mask]
+            self.row_len[row] = stop
+        self.dense_keys = self.dense_keys[:, :, n:].clone()
+        self.dense_values = self.dense_values[:, :, n:].clone()
+
+    def _grow(self, row: int, needed: int) -> None:
+        capacity = self.row_keys[row].shape[0]
+        if needed <= capacity:
+            return
+        for store in (self.row_keys, self.row_values):
+            bigger = store[row].new_empty(needed + ROW_SLACK, store[row].shape[1])
+            bigger[:capacity] = store[row]
+            store[row] = bigger
+
+    def _attend(self, q, new_mask, scaling):
+        batch, heads = q.shape[:2]
+        # Window scores for all rows at once: (B, H, G*T, window).
+        window_scores = (q @ self.dense_keys.transpose(-1, -2)).float() * scaling
+        new = window_scores[..., self.window_len - new_mask.shape[-1]:]
+        new.masked_fill_(~new_mask, -math.inf)
+        out = torch.empty_like(q)
+        for b in range(batch):
+            for h in range(heads):
+                row = b * heads + h
+                n = self.row_len[row]
+                keys, values = self.row_keys[row][:n], self.row_values[row][:n]  # (n, D)
+                scores = torch.cat([(q[b, h] @ keys.T).float() * scaling, window_scores[b, h]], dim=-1)
+                p = torch.softmax(scores, dim=-1).to(q.dtype)  # (G*T, n + window)
+                out[b, h] = p[:, :n] @ values + p[:, n:] @ self.dense_values[b, h]
+        return out
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held: packed rows (with their spare slots), window, window scores."""
+        rows = sum(t.nbytes for t in self.row_keys) + sum(t.nbytes for t in self.row_values)
+        return rows + self.dense_keys.nbytes + self.dense_values.nbytes + self.scores.nbytes
+
+
+class MaskedLayer(JudgedLayer):
+    """Reference: dense storage of every token plus a dropped-token mask, applied at attention time."""
+
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor):
+        super().__init__(keys, values)
+        self.dense_keys, self.dense_values = keys, values  # (B, H, seen, D)
+        self.dropped = torch.zeros(keys.shape[:3], dtype=torch.bool, device=keys.device)  # (B, H, seen)
+
+    def _append(self, key_states, value_states):
+        super()._append(key_states, value_states)
+        self.dropped = torch.cat([self.dropped, self.dropped.new_zeros(key_states.shape[:3])], dim=-1)
+
+    def _drop_newest(self, n):
+        super()._drop_newest(n)
+        self.dropped = self.dropped[..., :-n]
+
+    def _settle(self, n, keep):
+        start = self.seen - self.window_len
+        self.dropped[..., start:start + n] = ~keep
+
+    def _attend(self, q, new_mask, scaling):
+        scores = (q @ self.dense_keys.transpose(-1, -2)).float() * scaling  # (B, H, G*T, seen)
+        scores.masked_fill_(self.dropped[:, :, None, :], -math.inf)
+        scores[..., self.seen - new_mask.shape[-1]:].masked_fill_(~new_mask, -math.inf)
+        return torch.softmax(scores, dim=-1).to(q.dtype) @ self.dense_values
+
+    @property
+    def nbytes(self) -> int:
+        return self.dense_keys.nbytes + self.dense_values.nbytes + self.dropped.nbytes + self.scores.nbytes

@@ -1,0 +1,29 @@
+"""KVzapPress: the DMS inference rule of the paper, keep an entry iff its score >= threshold."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from kvzap.pruning.press import WindowedPress
+
+
+@dataclass
+class KVzapPress(WindowedPress):
+    """KVzap (arXiv 2601.07891, Alg. 1): entries scoring below `threshold` are removed once out of the window.
+
+    Same policy and compression-ratio accounting as kvpress's `DMSPress(scorer, threshold, window, decoding)`,
+    but with `evict=True` the removed entries are freed. threshold = -inf prunes nothing.
+    """
+
+    threshold: float | None = None
+
+    def __post_init__(self):
+        super().__post_init__()
+        if isinstance(self.threshold, bool) or not isinstance(self.threshold, (int, float)) or math.isnan(self.threshold):
+            raise ValueError(f"threshold must be a number (a log-score such as -4.0), got {self.threshold!r}")
+
+    def select(self, scores: torch.Tensor) -> torch.Tensor:
+        return scores >= self.threshold

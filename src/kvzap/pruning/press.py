@@ -1,0 +1,104 @@
+"""The hook every KVzap press shares: score new tokens, judge each token once as it leaves the window.
+
+Runs after each attention layer (so the new tokens saw the full cache, as in the paper and kvpress's
+DMSPress). At prefill it turns the layer's dense cache into a `PrunedLayer` (eviction) or `MaskedLayer`
+(the masking reference); later forwards append to that layer and, with `decoding=True`, are judged too.
+Subclasses only decide which leaving tokens survive (`select`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from kvpress.presses.base_press import BasePress, is_prefilling
+from torch import nn
+
+from kvzap.pruning.attention import use_kvzap_attention
+from kvzap.pruning.cache import JudgedLayer, MaskedLayer, PrunedLayer
+from kvzap.pruning.scorers import SurrogateScorerPress
+
+
+@dataclass
+class WindowedPress(BasePress):
+    """Base class: `scorer` gives one score per (batch, kv-head, token); `select` judges leaving tokens.
+
+    Parameters
+    ----------
+    scorer : kvpress ScorerPress, or a surrogate folder / Hub id (wrapped in SurrogateScorerPress).
+    window : the most recent `window` tokens are never judged (paper: 128).
+    decoding : also judge tokens generated after the prefill (else only the prefill is pruned).
+    evict : True frees dropped entries (PrunedLayer); False masks them in a dense cache (MaskedLayer).
+    """
+
+    scorer: object = None
+    window: int = 128
+    decoding: bool = False
+    evict: bool = True
+    head_ratios: dict[int, torch.Tensor] = field(default_factory=dict, init=False, repr=False)
+
+    def __post_init__(self):
+        if isinstance(self.scorer, (str, Path)):
+            self.scorer = SurrogateScorerPress(surrogate_path=str(self.scorer))
+        if not callable(getattr(self.scorer, "score", None)):
+            raise TypeError(f"scorer must be a kvpress ScorerPress or a surrogate path, got {self.scorer!r}")
+        if isinstance(self.window, bool) or not isinstance(self.window, int) or self.window < 0:
+            raise ValueError(f"window must be an integer >= 0, got {self.window!r}")
+
+    def select(self, scores: torch.Tensor) -> torch.Tensor:
+        """scores (B, H, n) of tokens leaving the window -> keep (B, H, n) bool."""
+        raise NotImplementedError
+
+    def post_init_from_model(self, model):
+        self.scorer.post_init_from_model(model)
+        use_kvzap_attention(model)
+
+    def forward_hook(self, module: nn.Module, input, kwargs: dict, output):
+        hidden_states = kwargs["hidden_states"]  # (B, T, D), the attention input
+        cache, idx = kwargs["past_key_values"], module.layer_idx
+        length = hidden_states.shape[1]
+        if is_prefilling(kwargs["cache_position"], length):
+            if idx == 0:
+                self.head_ratios.clear()
+            dense = cache.layers[idx]
+            cache.layers[idx] = (PrunedLayer if self.evict else MaskedLayer)(dense.keys, dense.values)
+        elif not (self.decoding and isinstance(cache.layers[idx], JudgedLayer)):
+            return output
+        layer = cache.layers[idx]
+        keys, values = layer.newest(length)
+        layer.set_scores(self.scorer.score(module, hidden_states, keys, values, None, kwargs))
+        n_leaving = layer.window_len - self.window
+        if n_leaving > 0:
+            layer.judge(n_leaving, self.select(layer.scores[..., :n_leaving]))
+        self.head_ratios[idx] = layer.compression()  # (B, H)
+        return output
+
+    @property
+    def compression_ratio(self) -> float:
+        """Fraction of entries removed, mean over layers (kvpress DMSPress's definition)."""
+        return self.layer_ratios.mean().item()
+
+    @compression_ratio.setter
+    def compression_ratio(self, value):
+        raise AttributeError(f"compression_ratio of {type(self).__name__} is measured, not set")
+
+    @property
+    def layer_ratios(self) -> torch.Tensor:
+        """(layers,) fraction removed per layer, averaged over batch and kv-heads."""
+        return self.head_ratio_table.mean(-1)
+
+    @property
+    def head_ratio_table(self) -> torch.Tensor:
+        """(layers, H) fraction removed per layer and kv-head, averaged over the batch."""
+        return self._table().mean(1)
+
+    @property
+    def sample_ratios(self) -> torch.Tensor:
+        """(B,) fraction removed per sample, averaged over layers and kv-heads."""
+        return self._table().mean((0, 2))
+
+    def _table(self) -> torch.Tensor:
+        if not self.head_ratios:
+            raise RuntimeError("Run a forward pass under the press before reading its compression ratio.")
+        return torch.stack([self.head_ratios[i].cpu() for i in sorted(self.head_ratios)])  # (layers, B, H)
