@@ -1,1 +1,36 @@
-"""KV cache pruning at inference: scorers, the DMS threshold policy, physical eviction."""
+"""KV cache pruning at inference: scorers, the DMS threshold policy, physical eviction.
+
+KVzapPress(scorer, threshold, window=128, decoding=False, evict=True)
+    scorer     a surrogate folder or Hub id (str), or any kvpress ScorerPress (e.g. SurrogateScorerPress,
+               KnormPress); it gives one score per (batch, kv-head, token) from the attention input.
+    threshold  keep an entry iff its score >= threshold (a log-score, e.g. -4.0; -inf prunes nothing).
+    window     the most recent `window` tokens are always kept; each token is judged once, when it leaves.
+    decoding   also prune during generation (the AIME setting); False prunes the prefill only (RULER).
+    evict      True frees removed entries (PrunedLayer); False masks them in a dense cache (MaskedLayer),
+               the kvpress way, kept as the reference: both give the same logits.
+TopKPerHeadPress(scorer, ratio, window=128) / TopKPerLayerPress(scorer, ratio, window=128, safeguard=0.2)
+    the paper's fixed-budget ablations (prefill only).
+
+Usage (pruning happens after each attention op, in prefill and, with decoding=True, at every step):
+
+    press = KVzapPress("path/or/hub-id/of/surrogate", threshold=-4.0, decoding=True)
+    with press(model):
+        out = model.generate(input_ids, max_new_tokens=256)      # greedy or sampling
+    press.compression_ratio     # fraction of entries removed, mean over layers (kvpress DMSPress's)
+    press.layer_ratios, press.head_ratio_table, press.sample_ratios   # (layers,), (layers, H), (B,)
+
+    pipe = pipeline("kv-press-text-generation", model=model, tokenizer=tokenizer)
+    pipe(context, question=question, press=KVzapPress(path, threshold=-4.0))   # prefill-only pruning
+
+Entering the press selects the "kvzap" attention implementation on the model, and it stays selected:
+pruned caches outlive the `with` block (the pipeline answers questions after it), and for dense caches it
+is sdpa. Batch rows must be unpadded; beam search is not supported. `calibrate_thresholds` finds the
+threshold that gives a target compression ratio on calibration texts.
+"""
+
+from kvzap.pruning.cache import MaskedLayer, PrunedLayer
+from kvzap.pruning.dms import KVzapPress
+from kvzap.pruning.scorers import SurrogateScorerPress
+from kvzap.pruning.topk import TopKPerHeadPress, TopKPerLayerPress
+
+__all__ = ["KVzapPress", "MaskedLayer", "PrunedLayer", "SurrogateScorerPress", "TopKPerHeadPress", "TopKPerLayerPress"]

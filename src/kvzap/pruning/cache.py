@@ -16,7 +16,7 @@ import math
 import torch
 from transformers.cache_utils import CacheLayerMixin
 
-# Spare slots a packed row gets when it grows: bounds both reallocations and unused bytes per row.
+# Spare slots a packed row gets when it grows again (decoding): bounds reallocations and unused bytes.
 ROW_SLACK = 32
 
 
@@ -191,8 +191,9 @@ class PrunedLayer(JudgedLayer):
         capacity = self.row_keys[row].shape[0]
         if needed <= capacity:
             return
+        new_capacity = needed + (ROW_SLACK if capacity else 0)  # the prefill's verdict fits exactly
         for store in (self.row_keys, self.row_values):
-            bigger = store[row].new_empty(needed + ROW_SLACK, store[row].shape[1])
+            bigger = store[row].new_empty(new_capacity, store[row].shape[1])
             bigger[:capacity] = store[row]
             store[row] = bigger
 
