@@ -1,0 +1,138 @@
+"""Oracle data collection: (attention input h, log KVzip+ score) pairs, streamed to sharded files.
+
+Layout of `out_dir` (one folder per split):
+    settings.json                  what the shards were made with; a mismatch restarts from scratch
+    shard-00000.safetensors        h (N, L, D) in the model's dtype, y (N, L, H) float32,
+    ...                            prompt (N,) int64 = prompt index in the split; metadata: first/last prompt
+    manifest.json                  written last: settings, dims, per-shard counts; its presence = complete
+RAM holds at most one shard; a killed run resumes after the last complete shard (shards are written
+atomically). Token sampling is seeded per prompt, so reruns and resumes sample the same tokens.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+from tqdm import tqdm
+
+from kvzap import corpus, models
+from kvzap.io import atomic_path, atomic_write_json
+from kvzap.oracle import build_repeat_prompt, oracle_scores
+from kvzap.provenance import stamp
+
+SHARD_GLOB = "shard-*.safetensors"
+
+
+def sample_positions(n_context: int, n_tokens: int, seed: int, prompt_index: int) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed * 1_000_003 + prompt_index)
+    return torch.randperm(n_context, generator=generator)[:n_tokens].sort().values
+
+
+def read_shard(path: Path) -> dict[str, torch.Tensor]:
+    try:
+        shard = load_file(str(path))
+    except (SafetensorError, OSError) as err:
+        raise ValueError(f"Corrupt or truncated oracle shard {path}: {err}. Delete it and rerun the collection.") from err
+    if set(shard) != {"h", "y", "prompt"} or not (len(shard["h"]) == len(shard["y"]) == len(shard["prompt"])):
+        raise ValueError(f"Oracle shard {path} does not hold aligned h / y / prompt tensors: delete it and rerun.")
+    return shard
+
+
+def _resume_point(out_dir: Path, settings: dict) -> tuple[int, list[dict]]:
+    """Prompts already covered by complete shards; stale shards from other settings are removed."""
+    settings_file = out_dir / "settings.json"
+    if settings_file.exists() and json.loads(settings_file.read_text()) == settings:
+        records = []
+        for path in sorted(out_dir.glob(SHARD_GLOB)):
+            shard = read_shard(path)
+            records.append({"file": path.name, "n": len(shard["y"]), "last_prompt": int(shard["prompt"].max())})
+        return (records[-1]["last_prompt"] + 1 if records else 0), records
+    for path in out_dir.glob(SHARD_GLOB):
+        path.unlink()
+    (out_dir / "manifest.json").unlink(missing_ok=True)
+    atomic_write_json(settings_file, settings)
+    return 0, []
+
+
+def collect_split(model, tokenizer, prompts: list[corpus.Prompt], out_dir: Path, settings: dict,
+                  tokens_per_prompt: int, shard_tokens: int, seed: int, model_record: dict) -> dict:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    start, shards = _resume_point(out_dir, settings)
+    buffer: dict[str, list[torch.Tensor]] = {"h": [], "y": [], "prompt": []}
+
+    def flush():
+        if not buffer["y"]:
+            return
+        path = out_dir / f"shard-{len(shards):05d}.safetensors"
+        tensors = {k: torch.cat(v).contiguous() for k, v in buffer.items()}
+        with atomic_path(path) as tmp:
+            save_file(tensors, str(tmp))
+        shards.append({"file": path.name, "n": len(tensors["y"]), "last_prompt": int(tensors["prompt"].max())})
+        for v in buffer.values():
+            v.clear()
+
+    for index in tqdm(range(start, len(prompts)), desc=f"oracle {out_dir.name}", initial=start, total=len(prompts)):
+        prompt = build_repeat_prompt(tokenizer, prompts[index].text)
+        n_context = prompt.context.stop - prompt.context.start
+        positions = sample_positions(n_context, tokens_per_prompt, seed, index)
+        scores = oracle_scores(model, prompt, keep_positions=positions)
+        buffer["h"].append(scores.hidden.transpose(0, 1))  # (n, L, D)
+        buffer["y"].append(scores.kvzip_plus_log[:, :, positions].permute(2, 0, 1).float())  # (n, L, H)
+        buffer["prompt"].append(torch.full((len(positions),), index, dtype=torch.int64))
+        if sum(len(y) for y in buffer["y"]) >= shard_tokens:
+            flush()
+    flush()
+
+    config = model.config
+    manifest = {
+        **stamp(settings, model_record, seed),
+        "n_layers": config.num_hidden_layers,
+        "hidden_size": config.hidden_size,
+        "n_kv_heads": config.num_key_value_heads,
+        "dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
+        "n_prompts": len(prompts),
+        "n_pairs": sum(s["n"] for s in shards),
+        "shards": shards,
+    }
+    atomic_write_json(out_dir / "manifest.json", manifest)
+    return manifest
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="Collect oracle (h, log KVzip+) pairs for surrogate training.")
+    parser.add_argument("--model", type=Path, required=True, help="model.json written by kvzap.models")
+    parser.add_argument("--corpus", required=True)
+    parser.add_argument("--min-tokens", type=int, default=750)
+    parser.add_argument("--max-tokens", type=int, default=1250)
+    parser.add_argument("--n-test", type=int, default=5, help="held-out prompts per subset")
+    parser.add_argument("--n-train", type=int, default=500, help="training prompts per subset")
+    parser.add_argument("--tokens-per-prompt", type=int, default=500)
+    parser.add_argument("--shard-tokens", type=int, default=20_000)
+    parser.add_argument("--dtype", default="auto")
+    parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--out", type=Path, required=True, help="folder receiving train/ and test/")
+    args = parser.parse_args()
+
+    torch.manual_seed(args.seed)
+    model, tokenizer = models.load(args.model, dtype=args.dtype)
+    record = models.read_record(args.model)
+    prompts = corpus.select(args.corpus, tokenizer, args.min_tokens, args.max_tokens, args.n_test, args.n_train)
+    for split in ("test", "train"):
+        settings = {
+            "model_id": record["model_id"], "corpus": args.corpus, "split": split,
+            "token_length": [args.min_tokens, args.max_tokens], "n_test": args.n_test, "n_train": args.n_train,
+            "tokens_per_prompt": args.tokens_per_prompt, "shard_tokens": args.shard_tokens,
+            "dtype": args.dtype, "seed": args.seed,
+        }
+        manifest = collect_split(model, tokenizer, prompts[split], args.out / split, settings,
+                                 args.tokens_per_prompt, args.shard_tokens, args.seed, record)
+        print(f"{split}: {manifest['n_prompts']} prompts, {manifest['n_pairs']} pairs in {len(manifest['shards'])} shards")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,112 @@
+"""Oracle collection to shards (resume, corruption) and surrogate training (ridge = scikit-learn, MLP resume)."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from kvzap import train
+from kvzap.collect import collect_split, read_shard
+from kvzap.corpus import Prompt
+from tiny_models import TEXT, tiny_model, tiny_tokenizer
+
+SETTINGS = {"test": 1}
+RECORD = {"model_id": "tiny", "revision": "none"}
+
+
+def _prompts(n):
+    return [Prompt("s", i, TEXT[i * 13: i * 13 + 150]) for i in range(n)]
+
+
+def _collect(tmp_path, n_prompts=4):
+    tok = tiny_tokenizer()
+    model = tiny_model("llama", len(tok))
+    return collect_split(model, tok, _prompts(n_prompts), tmp_path, SETTINGS, tokens_per_prompt=10,
+                         shard_tokens=15, seed=1, model_record=RECORD), model, tok
+
+
+def test_collection_shards_and_resume(tmp_path):
+    manifest, model, tok = _collect(tmp_path)
+    assert manifest["n_pairs"] == 40 and len(manifest["shards"]) == 2
+    first = {p.name: p.read_bytes() for p in tmp_path.glob("shard-*")}
+    (tmp_path / "shard-00001.safetensors").unlink()  # as if killed before the last shard
+    (tmp_path / "manifest.json").unlink()
+    again = collect_split(model, tok, _prompts(4), tmp_path, SETTINGS, 10, 15, 1, RECORD)
+    assert again["n_pairs"] == 40
+    assert {p.name: p.read_bytes() for p in tmp_path.glob("shard-*")} == first  # same sampled tokens
+
+
+def test_changed_settings_restart_collection(tmp_path):
+    _collect(tmp_path)
+    tok = tiny_tokenizer()
+    manifest = collect_split(tiny_model("llama", len(tok)), tok, _prompts(2), tmp_path, {"test": 2}, 10, 100, 1, RECORD)
+    assert manifest["n_pairs"] == 20 and len(list(tmp_path.glob("shard-*"))) == 1
+
+
+def test_truncated_shard_named(tmp_path):
+    _collect(tmp_path)
+    shard = tmp_path / "shard-00000.safetensors"
+    shard.write_bytes(shard.read_bytes()[:100])
+    with pytest.raises(ValueError, match="shard-00000"):
+        read_shard(shard)
+
+
+def _synthetic_split(folder, n=600, layers=2, dim=12, heads=2, seed=0, shard=200):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, layers, dim, generator=g) * 3 + 1
+    w = torch.randn(layers, dim, heads, generator=g)
+    y = torch.einsum("nld,ldh->nlh", x, w) - 6 + 0.3 * torch.randn(n, layers, heads, generator=g)
+    folder.mkdir(parents=True)
+    shards = []
+    for i, start in enumerate(range(0, n, shard)):
+        name = f"shard-{i:05d}.safetensors"
+        save_file({"h": x[start:start + shard].contiguous(), "y": y[start:start + shard].contiguous(),
+                   "prompt": torch.zeros(min(shard, n - start), dtype=torch.int64)}, str(folder / name))
+        shards.append({"file": name, "n": min(shard, n - start)})
+    (folder / "manifest.json").write_text(json.dumps(
+        {"shards": shards, "hidden_size": dim, "n_kv_heads": heads, "n_layers": layers}))
+    return x, y
+
+
+def test_ridge_equals_scikit_learn(tmp_path):
+    from sklearn.linear_model import Ridge
+
+    x, y = _synthetic_split(tmp_path / "train")
+    model = train.fit_ridge(tmp_path / "train", alpha=1.0, device=torch.device("cpu"))
+    for layer in range(2):
+        ref = Ridge(alpha=1.0).fit(x[:, layer].double().numpy(), y[:, layer].double().numpy())
+        np.testing.assert_allclose(model.layers[layer].weight.numpy(), ref.coef_, rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(model.layers[layer].bias.numpy(), ref.intercept_, rtol=1e-4, atol=1e-5)
+
+
+def test_squared_pearson_matches_numpy():
+    g = torch.Generator().manual_seed(0)
+    t, p = torch.randn(50, 2, 3, generator=g), torch.randn(50, 2, 3, generator=g)
+    r2 = train.squared_pearson(t, p)
+    ref = np.corrcoef(t[:, 1, 2].numpy(), p[:, 1, 2].numpy())[0, 1] ** 2
+    assert r2[1, 2].item() == pytest.approx(ref, rel=1e-5)
+
+
+def test_mlp_learns_and_resumes_identically(tmp_path, monkeypatch):
+    _synthetic_split(tmp_path / "train")
+    kwargs = dict(epochs=4, lr=5e-3, batch_size=64, hidden_dim=8, device=torch.device("cpu"))
+    full, history = train.fit_mlp(tmp_path / "train", tmp_path / "a", **kwargs)
+    assert history[-1]["valid_loss"] < history[0]["valid_loss"]
+
+    save = train._save_checkpoint
+
+    def killed_after_second_epoch(out, model, optimizer, scheduler, epoch):
+        save(out, model, optimizer, scheduler, epoch)
+        if epoch == 1:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(train, "_save_checkpoint", killed_after_second_epoch)
+    with pytest.raises(KeyboardInterrupt):
+        train.fit_mlp(tmp_path / "train", tmp_path / "b", **kwargs)
+    monkeypatch.setattr(train, "_save_checkpoint", save)
+    resumed, resumed_history = train.fit_mlp(tmp_path / "train", tmp_path / "b", **kwargs)
+    assert [h["epoch"] for h in resumed_history] == [1, 2, 3, 4]
+    for a, b in zip(full.state_dict().values(), resumed.state_dict().values()):
+        torch.testing.assert_close(a, b)
