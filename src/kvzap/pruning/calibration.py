@@ -1,0 +1,108 @@
+"""Threshold calibration: which tau gives "3x" (ratio 0.67) on this model, scorer and kind of text.
+
+Prefill attention is dense and pruning comes after it, so a prefill's scores do not depend on tau: one
+forward per calibration text records every judged score, and the prefill compression ratio of any tau
+follows exactly (fraction of (layer, kv-head, token) entries below tau, mean over layers, as DMSPress
+counts it). Ratios are averaged over texts; per-prompt ratios vary (paper Fig. 5), so report the curve.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from transformers import DynamicCache
+
+from kvzap.io import atomic_write_json
+from kvzap.models import load
+from kvzap.pruning.press import WindowedPress
+from kvzap.pruning.scorers import SurrogateScorerPress
+
+
+@dataclass
+class _ScoreRecorder(WindowedPress):
+    """Keeps every entry and remembers, per layer, the scores of the tokens it judged."""
+
+    judged: list[torch.Tensor] = field(default_factory=list, init=False, repr=False)
+
+    def select(self, scores: torch.Tensor) -> torch.Tensor:
+        self.judged.append(scores.flatten().float().cpu())
+        return torch.ones_like(scores, dtype=torch.bool)
+
+
+@dataclass
+class ScoreSample:
+    """One calibration text: judged scores per layer, and the entries per layer (kv-heads x tokens)."""
+
+    layer_scores: list[torch.Tensor]
+    entries_per_layer: int
+
+    def ratio(self, threshold: float) -> float:
+        removed = torch.stack([(s < threshold).sum() for s in self.layer_scores]).double()
+        return (removed / self.entries_per_layer).mean().item()
+
+
+@torch.no_grad()
+def collect_scores(model, input_ids: list[torch.Tensor], scorer, window: int = 128) -> list[ScoreSample]:
+    """Prefill each (1, T) id tensor once under a recording press."""
+    samples = []
+    for ids in input_ids:
+        recorder = _ScoreRecorder(scorer, window=window)
+        with recorder(model):
+            model.model(input_ids=ids.to(model.device), past_key_values=DynamicCache())
+        entries = ids.shape[1] * model.config.num_key_value_heads
+        samples.append(ScoreSample(recorder.judged, entries))
+    return samples
+
+
+def mean_ratio(samples: list[ScoreSample], threshold: float) -> float:
+    return sum(s.ratio(threshold) for s in samples) / len(samples)
+
+
+def threshold_for(samples: list[ScoreSample], target: float, iterations: int = 60) -> float:
+    """Smallest-error tau with mean ratio ~= target, by bisection (the ratio never decreases with tau)."""
+    scores = torch.cat([s for sample in samples for s in sample.layer_scores])
+    low, high = scores.min().item() - 1.0, scores.max().item() + 1.0
+    if not 0 <= target < mean_ratio(samples, high):
+        raise ValueError(f"target ratio {target} is out of reach: with this window at most "
+                         f"{mean_ratio(samples, high):.3f} of the entries can be removed")
+    for _ in range(iterations):
+        middle = (low + high) / 2
+        low, high = (middle, high) if mean_ratio(samples, middle) < target else (low, middle)
+    return high
+
+
+def calibrate(samples: list[ScoreSample], targets: list[float], curve_points: int = 41) -> dict:
+    """{"thresholds": [{target, threshold, compression_ratio}], "curve": [{threshold, compression_ratio}]}."""
+    scores = torch.cat([s for sample in samples for s in sample.layer_scores])
+    lo, hi = torch.quantile(scores[torch.randperm(len(scores))[:100_000]], torch.tensor([0.01, 0.99])).tolist()
+    grid = torch.linspace(lo, hi, curve_points).tolist()
+    found = [{"target": t, "threshold": (tau := threshold_for(samples, t)), "compression_ratio": mean_ratio(samples, tau)}
+             for t in targets]
+    return {"thresholds": found, "curve": [{"threshold": t, "compression_ratio": mean_ratio(samples, t)} for t in grid]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model-json", required=True, help="model.json written by `python -m kvzap.models`")
+    parser.add_argument("--surrogate", required=True, help="surrogate folder or Hub id")
+    parser.add_argument("--texts", type=Path, required=True, help="JSON list of calibration texts")
+    parser.add_argument("--targets", type=float, nargs="+", default=[0.5, 0.67, 0.75])
+    parser.add_argument("--window", type=int, default=128)
+    parser.add_argument("--max-tokens", type=int, default=4096)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    model, tokenizer = load(args.model_json)
+    ids = [tokenizer(t, return_tensors="pt").input_ids[:, : args.max_tokens] for t in json.loads(args.texts.read_text())]
+    result = calibrate(collect_scores(model, ids, SurrogateScorerPress(surrogate_path=args.surrogate), args.window),
+                       args.targets)
+    atomic_write_json(args.out, result)
+    for row in result["thresholds"]:
+        print(f"target {row['target']:.2f}: threshold {row['threshold']:.4f} -> ratio {row['compression_ratio']:.4f}")
+
+
+if __name__ == "__main__":
+    main()
