@@ -1,0 +1,91 @@
+"""LongBench: prompt splits for all 21 subsets, the loader on fixture files in THUDM's schema, and scoring."""
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from kvzap.benchmarks import longbench
+
+FIXTURES = Path(__file__).parent / "fixtures" / "longbench"
+SOURCE = f"local:{FIXTURES}"
+INPUT_ENDINGS = {"trec": "\nType:", "triviaqa": "\nAnswer:", "samsum": "\nSummary:", "lsht": "\n类别："}
+
+
+@pytest.mark.parametrize("task", longbench.TASKS)
+def test_split_rebuilds_the_official_prompt(task):
+    context, input_ = "DOC {context} Question: fake", "What? " + INPUT_ENDINGS.get(task, "")
+    ctx, question, prefix = longbench.split_prompt(task, context, input_)
+    assert ctx + question + prefix == longbench.PROMPTS[task].format(context=context, input=input_)
+    assert context in ctx and input_.strip() not in ctx  # the document is compressed, the query is not
+    if "{input}" in longbench.PROMPTS[task]:
+        assert "What?" in question
+    assert prefix.strip() and not question.endswith(prefix)
+
+
+def test_kvpress_splits():
+    ctx, question, prefix = longbench.split_prompt("gov_report", "R", "")
+    assert ctx.endswith("Report:\nR\n\n") and question == "Now, write a one-page summary of the report.\n\n"
+    assert prefix == "Summary:"
+    assert longbench.split_prompt("trec", "EX", "Question: Why ?\nType:")[1:] == ("Question: Why ?\n", "Type:")
+    assert longbench.split_prompt("lcc", "code\n", "")[1:] == ("", "Next line of code:\n")
+
+
+def test_all_subsets_are_configured():
+    assert len(longbench.TASKS) == 21
+    for table in (longbench.PROMPTS, longbench.SPLITS, longbench.OFFICIAL_MAX_NEW_TOKENS):
+        assert set(table) == set(longbench.TASKS)
+
+
+def test_load_fixture_rows():
+    df = longbench.load(SOURCE, "narrativeqa", tokenizer=None, n_samples=None, seed=0)
+    assert df["sample_id"].tolist() == ["narrativeqa-nq0a1", "narrativeqa-nq0a2", "narrativeqa-nq0a3"]
+    row = df.iloc[0]
+    # The document's own "Question:" stays in the context: the split follows the template, not the text.
+    assert "Question: is not a question here" in row["context"]
+    assert row["question"] == "Question: Who does Elinor marry?\n\n"
+    assert row["answer_prefix"] == "Answer:"
+    assert row["answers"] == ["Edward Ferrars", "Edward"]
+    assert row["max_new_tokens"] == 128 + 20
+    assert {"all_classes", "length", "language"} <= set(df.columns)
+
+
+def test_load_samples_deterministically():
+    a = longbench.load(SOURCE, "narrativeqa", None, n_samples=2, seed=1)
+    b = longbench.load(SOURCE, "narrativeqa", None, n_samples=2, seed=1)
+    assert len(a) == 2 and a["sample_id"].tolist() == b["sample_id"].tolist()
+
+
+def test_load_few_shot_subsets_move_the_cue_to_the_answer_prefix():
+    trec = longbench.load(SOURCE, "trec", None, None, 0).iloc[0]
+    assert trec["question"] == "Question: What city hosted the 1992 Summer Olympics ?\n"
+    assert trec["answer_prefix"] == "Type:"
+    assert trec["all_classes"] == ["Individual", "City", "Country", "Other location"]
+    lsht = longbench.load(SOURCE, "lsht", None, None, 0).iloc[0]
+    assert (lsht["question"], lsht["answer_prefix"]) == ("新闻：国足昨晚两球战胜对手。\n", "类别：")
+    assert longbench.load(SOURCE, "passage_count", None, None, 0).iloc[0]["answers"] == ["2"]
+
+
+def test_load_rejects_unknown_subset_and_source():
+    with pytest.raises(ValueError):
+        longbench.load(SOURCE, "narrativeqa_e", None, None, 0)
+    with pytest.raises(ValueError):
+        longbench.load("offline", "trec", None, None, 0)
+
+
+def test_score_on_fixture_predictions():
+    frames = [longbench.load(SOURCE, t, None, None, 0) for t in ("narrativeqa", "trec", "multifieldqa_zh", "lcc")]
+    df = pd.concat(frames, ignore_index=True)
+    df["prediction"] = [
+        "Edward Ferrars",  # F1 1
+        "Barton Cottage in Devonshire",  # [barton, cottage, in, devonshire] vs 2 tokens: F1 = 2/3
+        "nothing",  # 0
+        "City\nType: Country",  # first line only: 1
+        "北京",  # 1
+        "    return total\n",  # 1
+    ]
+    result = longbench.score(df)
+    assert result["per_task"] == {"narrativeqa": pytest.approx(55.56), "multifieldqa_zh": 100.0, "trec": 100.0,
+                                  "lcc": 100.0}
+    assert result["average"] == pytest.approx((55.56 + 300) / 4, abs=0.01)
+    assert result["average_without_trec"] == pytest.approx((55.56 + 200) / 3, abs=0.01)
