@@ -173,16 +173,16 @@ class PrunedLayer(JudgedLayer):
     def _settle(self, n, keep):
         heads = keep.shape[1]
         leaving_k, leaving_v = self.dense_keys[:, :, :n], self.dense_values[:, :, :n]
-        counts = keep.sum(-1).flatten().tolist()
-        for row, count in enumerate(counts):
+        for row, count in enumerate(keep.sum(-1).flatten().tolist()):
             if count == 0:
                 continue
             b, h = divmod(row, heads)
-            mask = keep[b, h]
+            # All kept (always so at tau = -inf, often while decoding): a slice, no boolean gather.
+            chosen = slice(None) if count == n else keep[b, h]
             self._grow(row, self.row_len[row] + count)
             start, stop = self.row_len[row], self.row_len[row] + count
-            self.row_keys[row][start:stop] = leaving_k[b, h][mask]
-            self.row_values[row][start:stop] = leaving_v[b, h][mask]
+            self.row_keys[row][start:stop] = leaving_k[b, h][chosen]
+            self.row_values[row][start:stop] = leaving_v[b, h][chosen]
             self.row_len[row] = stop
         self.dense_keys = self.dense_keys[:, :, n:].clone()
         self.dense_values = self.dense_values[:, :, n:].clone()
@@ -199,8 +199,9 @@ class PrunedLayer(JudgedLayer):
 
     def _attend(self, q, new_mask, scaling):
         batch, heads = q.shape[:2]
+        q = q * scaling
         # Window scores for all rows at once: (B, H, G*T, window).
-        window_scores = (q @ self.dense_keys.transpose(-1, -2)).float() * scaling
+        window_scores = (q @ self.dense_keys.transpose(-1, -2)).float()
         new = window_scores[..., self.window_len - new_mask.shape[-1]:]
         new.masked_fill_(~new_mask, -math.inf)
         out = torch.empty_like(q)
@@ -208,10 +209,9 @@ class PrunedLayer(JudgedLayer):
             for h in range(heads):
                 row = b * heads + h
                 n = self.row_len[row]
-                keys, values = self.row_keys[row][:n], self.row_values[row][:n]  # (n, D)
-                scores = torch.cat([(q[b, h] @ keys.T).float() * scaling, window_scores[b, h]], dim=-1)
+                scores = torch.cat([(q[b, h] @ self.row_keys[row][:n].T).float(), window_scores[b, h]], dim=-1)
                 p = torch.softmax(scores, dim=-1).to(q.dtype)  # (G*T, n + window)
-                out[b, h] = p[:, :n] @ values + p[:, n:] @ self.dense_values[b, h]
+                out[b, h] = p[:, :n] @ self.row_values[row][:n] + p[:, n:] @ self.dense_values[b, h]
         return out
 
     @property
