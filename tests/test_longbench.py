@@ -89,3 +89,22 @@ def test_score_on_fixture_predictions():
                                   "lcc": 100.0}
     assert result["average"] == pytest.approx((55.56 + 300) / 4, abs=0.01)
     assert result["average_without_trec"] == pytest.approx((55.56 + 200) / 3, abs=0.01)
+
+
+def test_hub_source_reads_the_official_zip(tmp_path, monkeypatch):
+    """data.zip (a `data/<task>.jsonl` per subset) is extracted once beside the downloaded archive."""
+    import zipfile
+
+    import huggingface_hub
+
+    archive = tmp_path / "snapshot" / "data.zip"
+    archive.parent.mkdir()
+    with zipfile.ZipFile(archive, "w") as zf:
+        zf.write(FIXTURES / "trec.jsonl", "data/trec.jsonl")
+    calls = []
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", lambda *a, **k: calls.append((a, k)) or str(archive))
+    for _ in range(2):
+        df = longbench.load("hub", "trec", None, None, 0)
+        assert df["answers"].tolist() == [["City"]]
+    assert calls[0] == (("THUDM/LongBench", "data.zip"), {"repo_type": "dataset"})
+    assert (tmp_path / "snapshot" / "extracted" / "data" / "trec.jsonl").is_file()
