@@ -25,10 +25,10 @@ from kvzap.surrogate import CONFIG_NAME, WEIGHTS_NAME
 
 PAPER = "https://arxiv.org/abs/2601.07891"
 SURROGATE_FILES = (CONFIG_NAME, WEIGHTS_NAME, "metrics.json")
-# The tau -> compression curve is read from result tables that have these columns; `model` and a
-# method column naming the surrogate kind (e.g. "kvzap_mlp") narrow it to one surrogate when present.
-THRESHOLD_COL, COMPRESSION_COL, MODEL_COL = "threshold", "compression_ratio", "model"
-METHOD_COLS = ("method", "press", "scorer")
+# The tau -> compression curve comes from result-table rows of the threshold-swept method of each
+# surrogate (kvzap.methods: "kvzap_linear", "kvzap_mlp"; its sweep value is the threshold tau).
+MODEL_COL, METHOD_COL, COMPRESSION_COL = "model", "method", "compression_ratio"
+THRESHOLD_COLS = ("threshold", "value")
 
 
 def short_name(model_id: str) -> str:
@@ -52,23 +52,22 @@ def r2_markdown(r2: list) -> str:
 
 
 def tau_curve(tables: list[Path], base_model: str, kind: str) -> pd.DataFrame:
-    """Mean compression ratio per threshold tau for this surrogate, over every benchmark row in `tables`."""
+    """Mean compression ratio per threshold tau of method kvzap_<kind> on this model, over all benchmark rows."""
     parts = []
     for path in tables:
         df = pd.read_csv(path)
-        if not {THRESHOLD_COL, COMPRESSION_COL} <= set(df.columns):
+        tau = next((c for c in THRESHOLD_COLS if c in df.columns), None)
+        if tau is None or not {METHOD_COL, COMPRESSION_COL} <= set(df.columns):
             continue
+        df = df[df[METHOD_COL] == f"kvzap_{kind}"]
         if MODEL_COL in df.columns:
             df = df[df[MODEL_COL].astype(str).isin([base_model, short_name(base_model)])]
-        method = next((c for c in METHOD_COLS if c in df.columns), None)
-        if method is not None:
-            df = df[df[method].astype(str).str.lower().str.contains(kind)]
-        parts.append(df[[THRESHOLD_COL, COMPRESSION_COL]])
+        parts.append(df[[tau, COMPRESSION_COL]].set_axis(["threshold", COMPRESSION_COL], axis=1))
     if not parts:
-        return pd.DataFrame(columns=[THRESHOLD_COL, COMPRESSION_COL])
-    curve = pd.concat(parts).dropna()
-    curve = curve[curve[THRESHOLD_COL].map(lambda t: math.isfinite(float(t)))]
-    return curve.groupby(THRESHOLD_COL, as_index=False)[COMPRESSION_COL].mean().sort_values(THRESHOLD_COL)
+        return pd.DataFrame(columns=["threshold", COMPRESSION_COL])
+    curve = pd.concat(parts).astype(float).dropna()
+    curve = curve[curve["threshold"].map(math.isfinite)]
+    return curve.groupby("threshold", as_index=False)[COMPRESSION_COL].mean().sort_values("threshold")
 
 
 def model_card(repo_id: str, kind: str, metrics: dict, curve: pd.DataFrame, dataset_repo: str | None,
@@ -84,8 +83,8 @@ def model_card(repo_id: str, kind: str, metrics: dict, curve: pd.DataFrame, data
         tau = -4.0
     else:
         curve_md = "| τ | compression ratio |\n|---:|---:|\n" + "\n".join(
-            f"| {t:g} | {c:.3f} |" for t, c in zip(curve[THRESHOLD_COL], curve[COMPRESSION_COL]))
-        tau = float(curve[THRESHOLD_COL].iloc[len(curve) // 2])
+            f"| {t:g} | {c:.3f} |" for t, c in zip(curve["threshold"], curve[COMPRESSION_COL]))
+        tau = float(curve["threshold"].iloc[len(curve) // 2])
     arch = "a linear layer" if kind == "linear" else "a two-layer MLP (GELU)"
     provenance = "\n".join(f"| {k} | `{metrics.get(k)}` |" for k in
                            ("kvzap_version", "git_commit", "params_hash", "model_revision", "seed"))
