@@ -13,7 +13,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
 
 from kvzap.pruning import KVzapPress, MaskedLayer, PrunedLayer, TopKPerHeadPress, TopKPerLayerPress
-from kvzap.pruning.scorers import SurrogateScorerPress
+from kvzap.pruning.scorers import PrecomputedScorerPress, SurrogateScorerPress
 from kvzap.surrogate import Surrogate
 
 VOCAB = 1000
@@ -193,3 +193,14 @@ def test_surrogate_loads_from_a_folder(surrogate, tmp_path):
     by_object = KVzapPress(_scorer(copy.deepcopy(surrogate)), threshold=0.0, window=WINDOW)
     model, ids = _model("llama"), _tokens(64, seed=11)
     assert torch.equal(_teacher_forced(model, by_path, ids, 64)[0], _teacher_forced(model, by_object, ids, 64)[0])
+
+
+def test_precomputed_oracle_scores_drive_the_press():
+    """An oracle's (layers, H, T) scores: exactly the entries below tau outside the window are dropped."""
+    model, ids = _model("qwen3"), _tokens(70, seed=12)
+    oracle = torch.randn(SIZES["num_hidden_layers"], SIZES["num_key_value_heads"], 60,
+                         generator=torch.Generator().manual_seed(13))
+    press = KVzapPress(PrecomputedScorerPress(scores=oracle, offset=10), threshold=0.0, window=WINDOW)
+    _, cache = _teacher_forced(model, press, ids, 70)
+    expected = (oracle[..., : 70 - WINDOW - 10] < 0).sum(-1)  # the first 10 positions are unscored: kept
+    assert torch.equal(torch.stack([layer.removed[0] for layer in cache.layers]), expected)

@@ -1,8 +1,9 @@
 """KV cache pruning at inference: scorers, the DMS threshold policy, physical eviction.
 
 KVzapPress(scorer, threshold, window=128, decoding=False, evict=True)
-    scorer     a surrogate folder or Hub id (str), or any kvpress ScorerPress (e.g. SurrogateScorerPress,
-               KnormPress); it gives one score per (batch, kv-head, token) from the attention input.
+    scorer     a surrogate folder or Hub id (str), or any kvpress ScorerPress (SurrogateScorerPress,
+               PrecomputedScorerPress for KVzip/KVzip+ oracle scores, KnormPress, ...): one score per
+               (batch, kv-head, token), computed when the token arrives.
     threshold  keep an entry iff its score >= threshold (a log-score, e.g. -4.0; -inf prunes nothing).
     window     the most recent `window` tokens are always kept; each token is judged once, when it leaves.
     decoding   also prune during generation (the AIME setting); False prunes the prefill only (RULER).
@@ -30,7 +31,8 @@ threshold that gives a target compression ratio on calibration texts.
 
 from kvzap.pruning.cache import MaskedLayer, PrunedLayer
 from kvzap.pruning.dms import KVzapPress
-from kvzap.pruning.scorers import SurrogateScorerPress
+from kvzap.pruning.scorers import PrecomputedScorerPress, SurrogateScorerPress
 from kvzap.pruning.topk import TopKPerHeadPress, TopKPerLayerPress
 
-__all__ = ["KVzapPress", "MaskedLayer", "PrunedLayer", "SurrogateScorerPress", "TopKPerHeadPress", "TopKPerLayerPress"]
+__all__ = ["KVzapPress", "MaskedLayer", "PrecomputedScorerPress", "PrunedLayer", "SurrogateScorerPress", "TopKPerHeadPress",
+           "TopKPerLayerPress"]

@@ -28,3 +28,25 @@ class SurrogateScorerPress(ScorerPress):
 
     def score(self, module: nn.Module, hidden_states: torch.Tensor, keys, values, attentions, kwargs) -> torch.Tensor:
         return self.surrogate.score_layer(module.layer_idx, hidden_states)
+
+
+@dataclass
+class PrecomputedScorerPress(ScorerPress):
+    """Scores computed beforehand, e.g. the KVzip/KVzip+ oracle (`kvzap.oracle.oracle_scores(...).kvzip_plus_log`).
+
+    `scores` is (layers, kv_heads, T) for one prompt, or (layers, batch, kv_heads, T); cache position p reads
+    column p - offset (offset = where the scored span starts in the prefilled ids). Tokens outside the scored
+    span get +inf: without evidence they are kept.
+    """
+
+    scores: torch.Tensor | None = field(default=None, repr=False)
+    offset: int = 0
+
+    def score(self, module: nn.Module, hidden_states: torch.Tensor, keys, values, attentions, kwargs) -> torch.Tensor:
+        table = self.scores[module.layer_idx]
+        table = table[None] if table.dim() == 2 else table  # (B|1, H, T)
+        columns = kwargs["cache_position"].to(table.device) - self.offset  # (q_len,)
+        inside = (columns >= 0) & (columns < table.shape[-1])
+        picked = table[..., columns.clamp(0, table.shape[-1] - 1)].float()
+        picked = picked.masked_fill(~inside, torch.inf)
+        return picked.expand(hidden_states.shape[0], -1, -1).to(hidden_states.device)
