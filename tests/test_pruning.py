@@ -10,7 +10,8 @@ import torch
 from kvpress import DMSPress
 from kvpress.pipeline import KVPressTextGenerationPipeline
 from tokenizers import Tokenizer, models, pre_tokenizers
-from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
+from transformers import (DynamicCache, LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM,
+                          PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
 
 from kvzap.pruning import KVzapPress, MaskedLayer, PrunedLayer, TopKPerHeadPress, TopKPerLayerPress
 from kvzap.pruning.scorers import PrecomputedScorerPress, SurrogateScorerPress
@@ -22,13 +23,17 @@ SIZES = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden
 WINDOW = 16
 
 
-def _model(family: str):
+FAMILIES = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM),
+            "qwen3": (Qwen3Config, Qwen3ForCausalLM), "mistral": (MistralConfig, MistralForCausalLM)}
+
+
+def _model(family: str, **overrides):
     torch.manual_seed(0)
-    config, cls = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen3": (Qwen3Config, Qwen3ForCausalLM)}[family]
-    return cls(config(**SIZES)).eval().requires_grad_(False)
+    config, cls = FAMILIES[family]
+    return cls(config(**{**SIZES, **overrides})).eval().requires_grad_(False)
 
 
-@pytest.fixture(scope="module", params=["llama", "qwen3"])
+@pytest.fixture(scope="module", params=sorted(FAMILIES))
 def model(request):
     return _model(request.param)
 
@@ -177,6 +182,13 @@ def test_topk_press_runs_with_a_window(model, surrogate):
 def test_bad_arguments_are_refused(surrogate, kwargs, match):
     with pytest.raises(ValueError, match=match):
         KVzapPress(_scorer(surrogate), **kwargs)
+
+
+def test_sliding_window_cache_is_refused(surrogate):
+    model = _model("mistral", sliding_window=32)
+    with pytest.raises(TypeError, match="full-attention layers"):
+        with KVzapPress(_scorer(surrogate), threshold=0.0)(model):
+            model.generate(_tokens(40), max_new_tokens=2, pad_token_id=0)
 
 
 def test_mismatched_surrogate_is_refused(surrogate, tmp_path):

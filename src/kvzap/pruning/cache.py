@@ -46,6 +46,7 @@ class JudgedLayer(CacheLayerMixin):
         self.is_initialized = True
         self.dtype, self.device = window_keys.dtype, window_keys.device
         self.seen = length  # tokens ever appended: the unpruned length
+        self.dense_keys, self.dense_values = window_keys, window_values  # (B, H, window or seen, D)
         self.scores = torch.full((batch, heads, length), math.inf, device=self.device)  # (B, H, window)
         self.removed = torch.zeros(batch, heads, dtype=torch.long, device=self.device)  # (B, H)
 
@@ -123,7 +124,7 @@ class JudgedLayer(CacheLayerMixin):
         heads = self.scores.shape[1]
         group = q_heads // heads
         q = query.reshape(batch, heads, group * length, dim)  # (B, H, G*T, D): a row's queries together
-        out = self._attend(q, _new_token_mask(attention_mask, self.seen, length, group), scaling)
+        out = self._attend(q, _new_token_mask(attention_mask, self.seen, length, group, query.device), scaling)
         return out.view(batch, heads, group, length, dim).reshape(batch, q_heads, length, dim).transpose(1, 2)
 
     def newest(self, length: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -143,10 +144,10 @@ class JudgedLayer(CacheLayerMixin):
         return self.removed.double() / self.seen
 
 
-def _new_token_mask(attention_mask: torch.Tensor | None, seen: int, length: int, group: int) -> torch.Tensor:
+def _new_token_mask(attention_mask: torch.Tensor | None, seen: int, length: int, group: int, device) -> torch.Tensor:
     """(B|1, 1, G*T, T) bool: which new tokens each query may see; every older token is visible to all."""
     if attention_mask is None:
-        block = torch.ones(length, length, dtype=torch.bool).tril()[None, None]
+        block = torch.ones(length, length, dtype=torch.bool, device=device).tril()[None, None]
     else:
         # sdpa-style bool mask over the unpruned positions (B, 1, T, seen): past must be fully visible.
         if attention_mask.dtype != torch.bool:
@@ -161,10 +162,8 @@ class PrunedLayer(JudgedLayer):
     """Physical eviction: kept tokens live in per-row packed buffers, the window stays dense."""
 
     def __init__(self, keys: torch.Tensor, values: torch.Tensor):
-        super().__init__(keys, values)
+        super().__init__(keys, values)  # the dense part is the window; _settle compacts it
         batch, heads, _, dim = keys.shape
-        # The dense part is the window; copies, so the dense prefill tensors can be freed.
-        self.dense_keys, self.dense_values = keys.clone(), values.clone()  # (B, H, window, D)
         n_rows = batch * heads
         self.row_keys = [keys.new_empty(0, dim) for _ in range(n_rows)]  # each (capacity, D)
         self.row_values = [values.new_empty(0, dim) for _ in range(n_rows)]
@@ -226,7 +225,6 @@ class MaskedLayer(JudgedLayer):
 
     def __init__(self, keys: torch.Tensor, values: torch.Tensor):
         super().__init__(keys, values)
-        self.dense_keys, self.dense_values = keys, values  # (B, H, seen, D)
         self.dropped = torch.zeros(keys.shape[:3], dtype=torch.bool, device=keys.device)  # (B, H, seen)
 
     def _append(self, key_states, value_states):

@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 from kvpress.presses.base_press import BasePress, is_prefilling
 from torch import nn
+from transformers.cache_utils import DynamicLayer
 
 from kvzap.pruning.attention import use_kvzap_attention
 from kvzap.pruning.cache import JudgedLayer, MaskedLayer, PrunedLayer
@@ -62,6 +63,9 @@ class WindowedPress(BasePress):
             if idx == 0:
                 self.head_ratios.clear()
             dense = cache.layers[idx]
+            if type(dense) is not DynamicLayer:
+                raise TypeError(f"{type(self).__name__} prunes a DynamicCache with full-attention layers, "
+                                f"not {type(dense).__name__}")
             cache.layers[idx] = (PrunedLayer if self.evict else MaskedLayer)(dense.keys, dense.values)
         elif not (self.decoding and isinstance(cache.layers[idx], JudgedLayer)):
             return output
