@@ -1,7 +1,7 @@
 """Physical eviction vs the full cache vs kvpress's DMSPress masking: held KV bytes and decode step time.
 
-All three run in the same process on the same context (offline SmolLM2-135M by default), prefill the
-context, then greedy-decode `--decode-steps` tokens with decoding-time pruning on. The threshold for each
+All three run in the same process on the same context (offline SmolLM2-135M by default, one copy each),
+prefill it, then greedy-decode `--decode-steps` tokens with decoding-time pruning on, steps interleaved. The threshold for each
 target ratio is calibrated on a separate text. Without `--surrogate`, a seeded random linear surrogate
 scores tokens: enough for memory and speed, not for answer quality.
 
@@ -11,6 +11,7 @@ scores tokens: enough for memory and speed, not for answer quality.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import inspect
 import statistics
 import time
@@ -49,22 +50,27 @@ def mask_index_bytes(model) -> int:
 
 
 @torch.no_grad()
-def run(model, ids: torch.Tensor, press, steps: int) -> dict:
-    """Prefill under `press`, then greedy-decode `steps` tokens; median step time and held bytes at the end."""
-    cache, times, tokens = DynamicCache(), [], []
-    for layer in model.model.layers:  # forget a previous kvpress masking run
-        layer.self_attn.masked_key_indices = None
-    with press(model) if press is not None else torch.no_grad():
-        logits = model(ids, past_key_values=cache, logits_to_keep=1).logits
+def decode_side_by_side(models: dict, presses: dict, ids: torch.Tensor, steps: int) -> dict:
+    """Prefill each method on its own model copy, then greedy-decode with the methods' steps interleaved,
+    so that load from other processes hits all of them alike. Median step time and bytes held at the end."""
+    with contextlib.ExitStack() as stack:
+        caches, logits, times, tokens = {}, {}, {}, {}
+        for name, model in models.items():
+            if presses[name] is not None:
+                stack.enter_context(presses[name](model))
+            caches[name], times[name], tokens[name] = DynamicCache(), [], []
+            logits[name] = model(ids, past_key_values=caches[name], logits_to_keep=1).logits
         for _ in range(steps):
-            token = logits[:, -1].argmax(-1, keepdim=True)
-            tokens.append(token.item())
-            start = time.perf_counter()
-            logits = model(token, past_key_values=cache, logits_to_keep=1).logits
-            times.append(time.perf_counter() - start)
-    held = cache_bytes(cache) + mask_index_bytes(model)
-    return {"bytes": held, "decode_ms": 1000 * statistics.median(times[2:]), "tokens": tokens,
-            "ratio": press.compression_ratio if press is not None else 0.0}
+            for name, model in models.items():
+                token = logits[name][:, -1].argmax(-1, keepdim=True)
+                tokens[name].append(token.item())
+                start = time.perf_counter()
+                logits[name] = model(token, past_key_values=caches[name], logits_to_keep=1).logits
+                times[name].append(time.perf_counter() - start)
+    return {name: {"bytes": cache_bytes(caches[name]) + mask_index_bytes(models[name]),
+                   "decode_ms": 1000 * statistics.median(times[name][2:]), "tokens": tokens[name],
+                   "ratio": presses[name].compression_ratio if presses[name] is not None else 0.0}
+            for name in models}
 
 
 def main() -> None:
@@ -85,7 +91,9 @@ def main() -> None:
     if not args.model_json.exists():
         print(f"preparing {DEFAULT_MODEL} into {args.model_json.parent}", flush=True)
         prepare(DEFAULT_MODEL, args.model_json.parent)
-    model, tokenizer = load(args.model_json, dtype="float32", device_map="cpu")
+    # One copy per method: kvpress masking keeps state on the attention modules, ours selects its attention.
+    models = {name: load(args.model_json, dtype="float32", device_map="cpu")[0] for name in ("full", "masking", "eviction")}
+    model, tokenizer = models["eviction"], load(args.model_json, dtype="float32", device_map="cpu")[1]
     if args.surrogate:
         surrogate = Surrogate.from_pretrained(args.surrogate)
     else:
@@ -103,28 +111,25 @@ def main() -> None:
 
     records = []
     for n in args.contexts:
-        context = ids[:, :n]
-        full = run(model, context, None, args.decode_steps)
-        print(f"[{n}] full cache: {full['bytes'] / 2**20:.1f} MiB, {full['decode_ms']:.1f} ms/step", flush=True)
         for ratio in args.ratios:
-            dms = DMSPress(scorer, threshold=thresholds[ratio], sliding_window_size=args.window, decoding=True)
-            masking = run(model, context, dms, args.decode_steps)
-            ours = run(model, context, KVzapPress(scorer, threshold=thresholds[ratio], window=args.window,
-                                                  decoding=True), args.decode_steps)
+            presses = {"full": None,
+                       "masking": DMSPress(scorer, threshold=thresholds[ratio], sliding_window_size=args.window,
+                                           decoding=True),
+                       "eviction": KVzapPress(scorer, threshold=thresholds[ratio], window=args.window, decoding=True)}
+            m = decode_side_by_side(models, presses, ids[:, :n], args.decode_steps)
+            full, masking, ours = m["full"], m["masking"], m["eviction"]
             records.append({
                 "context_tokens": n, "target_ratio": ratio, "threshold": thresholds[ratio],
                 "compression_ratio": ours["ratio"], "masking_compression_ratio": masking["ratio"],
                 "bytes_vs_full": ours["bytes"] / full["bytes"], "bytes_vs_masking": ours["bytes"] / masking["bytes"],
                 "decode_ms_vs_full": ours["decode_ms"] / full["decode_ms"],
                 "decode_ms_vs_masking": ours["decode_ms"] / masking["decode_ms"],
-                "bytes": {"full": full["bytes"], "masking": masking["bytes"], "eviction": ours["bytes"]},
-                "decode_ms": {"full": full["decode_ms"], "masking": masking["decode_ms"], "eviction": ours["decode_ms"]},
+                "bytes": {k: v["bytes"] for k, v in m.items()}, "decode_ms": {k: v["decode_ms"] for k, v in m.items()},
                 "same_tokens_as_masking": ours["tokens"] == masking["tokens"],
                 "decode_steps": args.decode_steps, "window": args.window, "threads": args.threads,
             })
-            print(f"[{n}] ratio {ratio}: achieved {ours['ratio']:.3f}, eviction "
-                  f"{ours['bytes'] / 2**20:.1f} MiB {ours['decode_ms']:.1f} ms/step, masking "
-                  f"{masking['bytes'] / 2**20:.1f} MiB {masking['decode_ms']:.1f} ms/step", flush=True)
+            print(f"[{n} tokens, target {ratio}] achieved {ours['ratio']:.3f}; MiB / ms per step: " + ", ".join(
+                f"{k} {v['bytes'] / 2**20:.1f} / {v['decode_ms']:.1f}" for k, v in m.items()), flush=True)
     atomic_write_json(args.out, records)
     print_table(records)
 

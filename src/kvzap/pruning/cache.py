@@ -144,8 +144,10 @@ class JudgedLayer(CacheLayerMixin):
         return self.removed.double() / self.seen
 
 
-def _new_token_mask(attention_mask: torch.Tensor | None, seen: int, length: int, group: int, device) -> torch.Tensor:
-    """(B|1, 1, G*T, T) bool: which new tokens each query may see; every older token is visible to all."""
+def _new_token_mask(attention_mask, seen: int, length: int, group: int, device) -> torch.Tensor | None:
+    """(B|1, 1, G*T, T) bool: which new tokens each query may see (None: all); older tokens are visible to all."""
+    if attention_mask is None and length == 1:
+        return None  # one unpadded new token: it sees itself
     if attention_mask is None:
         block = torch.ones(length, length, dtype=torch.bool, device=device).tril()[None, None]
     else:
@@ -201,8 +203,8 @@ class PrunedLayer(JudgedLayer):
         q = q * scaling
         # Window scores for all rows at once: (B, H, G*T, window).
         window_scores = (q @ self.dense_keys.transpose(-1, -2)).float()
-        new = window_scores[..., self.window_len - new_mask.shape[-1]:]
-        new.masked_fill_(~new_mask, -math.inf)
+        if new_mask is not None:
+            window_scores[..., self.window_len - new_mask.shape[-1]:].masked_fill_(~new_mask, -math.inf)
         out = torch.empty_like(q)
         for b in range(batch):
             for h in range(heads):
@@ -242,7 +244,8 @@ class MaskedLayer(JudgedLayer):
     def _attend(self, q, new_mask, scaling):
         scores = (q @ self.dense_keys.transpose(-1, -2)).float() * scaling  # (B, H, G*T, seen)
         scores.masked_fill_(self.dropped[:, :, None, :], -math.inf)
-        scores[..., self.seen - new_mask.shape[-1]:].masked_fill_(~new_mask, -math.inf)
+        if new_mask is not None:
+            scores[..., self.seen - new_mask.shape[-1]:].masked_fill_(~new_mask, -math.inf)
         return torch.softmax(scores, dim=-1).to(q.dtype) @ self.dense_values
 
     @property
