@@ -1,9 +1,9 @@
 """Physical eviction vs the full cache vs kvpress's DMSPress masking: held KV bytes and decode step time.
 
 All three run in the same process on the same context (offline SmolLM2-135M by default, one copy each),
-prefill it, then greedy-decode `--decode-steps` tokens with decoding-time pruning on, steps interleaved. The threshold for each
-target ratio is calibrated on a separate text. Without `--surrogate`, a seeded random linear surrogate
-scores tokens: enough for memory and speed, not for answer quality.
+prefill it, then greedy-decode `--decode-steps` tokens with decoding-time pruning on, steps interleaved.
+The threshold for each target ratio is calibrated on a separate text. Without `--surrogate`, a seeded
+random linear surrogate scores tokens: enough for memory and speed, not for answer quality.
 
     python benchmarks/eviction.py --out results/eviction.json [--contexts 2048 4096 8192] [--ratios 0.5 0.75]
 """
@@ -92,13 +92,15 @@ def main() -> None:
         print(f"preparing {DEFAULT_MODEL} into {args.model_json.parent}", flush=True)
         prepare(DEFAULT_MODEL, args.model_json.parent)
     # One copy per method: kvpress masking keeps state on the attention modules, ours selects its attention.
-    models = {name: load(args.model_json, dtype="float32", device_map="cpu")[0] for name in ("full", "masking", "eviction")}
+    models = {name: load(args.model_json, dtype="float32", device_map="cpu")[0]
+              for name in ("full", "masking", "eviction")}
     model, tokenizer = models["eviction"], load(args.model_json, dtype="float32", device_map="cpu")[1]
     if args.surrogate:
         surrogate = Surrogate.from_pretrained(args.surrogate)
     else:
         torch.manual_seed(0)
-        surrogate = Surrogate(model.config.hidden_size, model.config.num_key_value_heads, model.config.num_hidden_layers)
+        c = model.config
+        surrogate = Surrogate(c.hidden_size, c.num_key_value_heads, c.num_hidden_layers)
     scorer = SurrogateScorerPress(surrogate=surrogate)
 
     ids = tokenizer(offline_text(), return_tensors="pt").input_ids

@@ -34,5 +34,5 @@ from kvzap.pruning.dms import KVzapPress
 from kvzap.pruning.scorers import PrecomputedScorerPress, SurrogateScorerPress
 from kvzap.pruning.topk import TopKPerHeadPress, TopKPerLayerPress
 
-__all__ = ["KVzapPress", "MaskedLayer", "PrecomputedScorerPress", "PrunedLayer", "SurrogateScorerPress", "TopKPerHeadPress",
-           "TopKPerLayerPress"]
+__all__ = ["KVzapPress", "MaskedLayer", "PrecomputedScorerPress", "PrunedLayer", "SurrogateScorerPress",
+           "TopKPerHeadPress", "TopKPerLayerPress"]

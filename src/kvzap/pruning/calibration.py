@@ -80,8 +80,8 @@ def calibrate(samples: list[ScoreSample], targets: list[float], curve_points: in
     scores = torch.cat([s for sample in samples for s in sample.layer_scores])
     lo, hi = torch.quantile(scores[torch.randperm(len(scores))[:100_000]], torch.tensor([0.01, 0.99])).tolist()
     grid = torch.linspace(lo, hi, curve_points).tolist()
-    found = [{"target": t, "threshold": (tau := threshold_for(samples, t)), "compression_ratio": mean_ratio(samples, tau)}
-             for t in targets]
+    taus = {t: threshold_for(samples, t) for t in targets}
+    found = [{"target": t, "threshold": tau, "compression_ratio": mean_ratio(samples, tau)} for t, tau in taus.items()]
     return {"thresholds": found, "curve": [{"threshold": t, "compression_ratio": mean_ratio(samples, t)} for t in grid]}
 
 
@@ -96,7 +96,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     model, tokenizer = load(args.model_json)
-    ids = [tokenizer(t, return_tensors="pt").input_ids[:, : args.max_tokens] for t in json.loads(args.texts.read_text())]
+    texts = json.loads(args.texts.read_text())
+    ids = [tokenizer(t, return_tensors="pt").input_ids[:, : args.max_tokens] for t in texts]
     result = calibrate(collect_scores(model, ids, SurrogateScorerPress(surrogate_path=args.surrogate), args.window),
                        args.targets)
     atomic_write_json(args.out, result)

@@ -22,7 +22,8 @@ class KVzapPress(WindowedPress):
 
     def __post_init__(self):
         super().__post_init__()
-        if isinstance(self.threshold, bool) or not isinstance(self.threshold, (int, float)) or math.isnan(self.threshold):
+        tau = self.threshold
+        if isinstance(tau, bool) or not isinstance(tau, (int, float)) or math.isnan(tau):
             raise ValueError(f"threshold must be a number (a log-score such as -4.0), got {self.threshold!r}")
 
     def select(self, scores: torch.Tensor) -> torch.Tensor:
