@@ -74,7 +74,7 @@ def test_eviction_equals_masking_in_prefill_and_decoding(model, surrogate):
     assert 0.2 < evict_press.compression_ratio == mask_press.compression_ratio < 0.8
     assert cache.get_seq_length() == ids.shape[1]  # positions continue from the unpruned length
     layer = cache.layers[0]
-    kept = torch.tensor(layer.row_len).view(1, -1) + layer.window_len
+    kept = layer.length.view(1, -1) + layer.window_len
     assert torch.equal(kept + layer.removed, torch.full_like(kept, ids.shape[1]))
 
 
@@ -84,7 +84,7 @@ def test_minus_inf_threshold_prunes_nothing(model, surrogate):
     pruned, cache = _teacher_forced(model, press, ids, 60)
     full, _ = _teacher_forced(model, None, ids, 60)
     assert press.compression_ratio == 0.0
-    assert cache.layers[1].row_len == [ids.shape[1] - WINDOW] * SIZES["num_key_value_heads"]
+    assert cache.layers[1].length.tolist() == [ids.shape[1] - WINDOW] * SIZES["num_key_value_heads"]
     assert torch.equal(pruned.argmax(-1), full.argmax(-1))
     assert (pruned - full).abs().max() <= 1e-5
 
@@ -168,7 +168,7 @@ def test_topk_per_head_and_per_layer_selection(surrogate):
 def test_topk_press_runs_with_a_window(model, surrogate):
     press = TopKPerHeadPress(_scorer(surrogate), ratio=0.5, window=WINDOW)
     _, cache = _teacher_forced(model, press, _tokens(116, seed=10), 116)
-    assert cache.layers[0].row_len == [50, 50]
+    assert cache.layers[0].length.tolist() == [50, 50]
     assert press.compression_ratio == pytest.approx(50 / 116)
 
 

@@ -2,8 +2,8 @@
 
 Every layer keeps the unjudged recent tokens (the window) dense, with a score per (batch, kv-head, token);
 a press judges the oldest window tokens once and the layer stores the verdict:
-- `PrunedLayer` (physical eviction): kept tokens move to one packed buffer per row, dropped ones are freed,
-  so held bytes follow the kept count, not the sequence length.
+- `PrunedLayer` (physical eviction): kept tokens move to a packed buffer (a segment per row), dropped ones
+  are freed, so held bytes follow the kept count, not the sequence length.
 - `MaskedLayer` (the kvpress way, our reference): everything stays dense and dropped tokens are masked.
 Both attend exactly (every query head of a GQA group sees its kv-head's row) through `attend`, which the
 "kvzap" attention function calls; `get_seq_length` is the unpruned length, so RoPE positions continue from it.
@@ -161,65 +161,81 @@ def _new_token_mask(attention_mask, seen: int, length: int, group: int, device) 
 
 
 class PrunedLayer(JudgedLayer):
-    """Physical eviction: kept tokens live in per-row packed buffers, the window stays dense."""
+    """Physical eviction: kept tokens of all rows share one packed buffer, the window stays dense.
+
+    Row r (= b * H + h) owns the contiguous slots [start[r], start[r] + capacity[r]) of `packed_keys`, the
+    first length[r] of them used; `owner` names each slot's row (-1: spare). Attention scores every query
+    against every slot in one matmul and masks the other rows' slots: the bytes read are the kept ones,
+    and no per-row loop runs (the extra FLOPs are cheap in memory-bound decoding).
+    """
 
     def __init__(self, keys: torch.Tensor, values: torch.Tensor):
         super().__init__(keys, values)  # the dense part is the window; _settle compacts it
         batch, heads, _, dim = keys.shape
         n_rows = batch * heads
-        self.row_keys = [keys.new_empty(0, dim) for _ in range(n_rows)]  # each (capacity, D)
-        self.row_values = [values.new_empty(0, dim) for _ in range(n_rows)]
-        self.row_len = [0] * n_rows
+        self.packed_keys, self.packed_values = keys.new_empty(0, dim), values.new_empty(0, dim)  # (slots, D)
+        self.owner = torch.empty(0, dtype=torch.int32, device=keys.device)  # (slots,)
+        self.start, self.capacity, self.length = (torch.zeros(n_rows, dtype=torch.long, device=keys.device)
+                                                  for _ in range(3))  # (B * H,) each
 
     def _settle(self, n, keep):
-        heads = keep.shape[1]
-        leaving_k, leaving_v = self.dense_keys[:, :, :n], self.dense_values[:, :, :n]
-        for row, count in enumerate(keep.sum(-1).flatten().tolist()):
-            if count == 0:
-                continue
-            b, h = divmod(row, heads)
-            # All kept (always so at tau = -inf, often while decoding): a slice, no boolean gather.
-            chosen = slice(None) if count == n else keep[b, h]
-            self._grow(row, self.row_len[row] + count)
-            start, stop = self.row_len[row], self.row_len[row] + count
-            self.row_keys[row][start:stop] = leaving_k[b, h][chosen]
-            self.row_values[row][start:stop] = leaving_v[b, h][chosen]
-            self.row_len[row] = stop
+        counts = keep.sum(-1).flatten()  # (B * H,)
+        needed = self.length + counts
+        if bool((needed > self.capacity).any()):
+            # Re-pack: the prefill's verdict fits exactly, later growth gets spare slots.
+            self._repack(needed + (ROW_SLACK if self.owner.numel() else 0))
+        slots = _segments(self.start + self.length, counts)
+        self.packed_keys[slots] = self.dense_keys[:, :, :n][keep]
+        self.packed_values[slots] = self.dense_values[:, :, :n][keep]
+        self.owner[slots] = _segment_ids(counts).int()
+        self.length = needed
         self.dense_keys = self.dense_keys[:, :, n:].clone()
         self.dense_values = self.dense_values[:, :, n:].clone()
 
-    def _grow(self, row: int, needed: int) -> None:
-        capacity = self.row_keys[row].shape[0]
-        if needed <= capacity:
-            return
-        new_capacity = needed + (ROW_SLACK if capacity else 0)  # the prefill's verdict fits exactly
-        for store in (self.row_keys, self.row_values):
-            bigger = store[row].new_empty(new_capacity, store[row].shape[1])
-            bigger[:capacity] = store[row]
-            store[row] = bigger
+    def _repack(self, capacity: torch.Tensor) -> None:
+        start = capacity.cumsum(0) - capacity
+        used = self.owner >= 0  # slots in row order: rows are contiguous, each filled from its start
+        slots = _segments(start, self.length)
+        # Zeros, not garbage: a spare slot gets probability 0, and 0 * NaN would still be NaN.
+        keys = self.packed_keys.new_zeros(int(capacity.sum()), self.packed_keys.shape[1])
+        values = torch.zeros_like(keys)
+        owner = torch.full((keys.shape[0],), -1, dtype=torch.int32, device=keys.device)
+        keys[slots], values[slots], owner[slots] = self.packed_keys[used], self.packed_values[used], self.owner[used]
+        self.packed_keys, self.packed_values, self.owner = keys, values, owner
+        self.start, self.capacity = start, capacity
 
     def _attend(self, q, new_mask, scaling):
-        batch, heads = q.shape[:2]
+        batch, heads, queries, dim = q.shape
         q = q * scaling
-        # Window scores for all rows at once: (B, H, G*T, window).
-        window_scores = (q @ self.dense_keys.transpose(-1, -2)).float()
+        window_scores = (q @ self.dense_keys.transpose(-1, -2)).float()  # (B, H, G*T, window)
         if new_mask is not None:
             window_scores[..., self.window_len - new_mask.shape[-1]:].masked_fill_(~new_mask, -math.inf)
-        out = torch.empty_like(q)
-        for b in range(batch):
-            for h in range(heads):
-                row = b * heads + h
-                n = self.row_len[row]
-                scores = torch.cat([(q[b, h] @ self.row_keys[row][:n].T).float(), window_scores[b, h]], dim=-1)
-                p = torch.softmax(scores, dim=-1).to(q.dtype)  # (G*T, n + window)
-                out[b, h] = p[:, :n] @ self.row_values[row][:n] + p[:, n:] @ self.dense_values[b, h]
-        return out
+        flat_q = q.reshape(batch * heads * queries, dim)
+        packed_scores = (flat_q @ self.packed_keys.T).float()  # (B * H * G*T, slots)
+        query_row = torch.arange(batch * heads, device=q.device).repeat_interleave(queries)
+        packed_scores.masked_fill_(self.owner[None, :] != query_row[:, None], -math.inf)
+        p = torch.softmax(torch.cat([packed_scores, window_scores.reshape(flat_q.shape[0], -1)], -1), -1).to(q.dtype)
+        slots = self.owner.shape[0]
+        window_out = p[:, slots:].view(batch, heads, queries, -1) @ self.dense_values  # (B, H, G*T, D)
+        return (p[:, :slots] @ self.packed_values).view(batch, heads, queries, dim) + window_out
 
     @property
     def nbytes(self) -> int:
-        """Bytes held: packed rows (with their spare slots), window, window scores."""
-        rows = sum(t.nbytes for t in self.row_keys) + sum(t.nbytes for t in self.row_values)
-        return rows + self.dense_keys.nbytes + self.dense_values.nbytes + self.scores.nbytes
+        """Bytes held: packed keys and values (with spare slots), slot owners, window, window scores."""
+        packed = self.packed_keys.nbytes + self.packed_values.nbytes + self.owner.nbytes
+        return packed + self.dense_keys.nbytes + self.dense_values.nbytes + self.scores.nbytes
+
+
+def _segment_ids(counts: torch.Tensor) -> torch.Tensor:
+    """counts (R,) -> (sum,) the segment index of each element: [0]*counts[0] + [1]*counts[1] + ..."""
+    return torch.arange(len(counts), device=counts.device).repeat_interleave(counts)
+
+
+def _segments(starts: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+    """(sum counts,) indices starts[r] + 0 .. counts[r] - 1, segment after segment."""
+    ids = _segment_ids(counts)
+    offsets = counts.cumsum(0) - counts
+    return starts[ids] + torch.arange(len(ids), device=counts.device) - offsets[ids]
 
 
 class MaskedLayer(JudgedLayer):
