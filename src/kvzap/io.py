@@ -30,4 +30,4 @@ def atomic_write_text(path: Path | str, text: str) -> None:
 
 
 def atomic_write_json(path: Path | str, obj) -> None:
-    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
+    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")

@@ -84,9 +84,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=prepare.__doc__)
     parser.add_argument("--model-id", required=True)
     parser.add_argument("--out", type=Path, required=True, help="folder that receives model.json (and hf/)")
-    parser.add_argument("--revision", default=None)
+    parser.add_argument("--revision", default=None, help="Hub revision (empty: latest)")
     args = parser.parse_args()
-    print(json.dumps(prepare(args.model_id, args.out, args.revision), indent=2))
+    print(json.dumps(prepare(args.model_id, args.out, args.revision or None), indent=2))
 
 
 if __name__ == "__main__":

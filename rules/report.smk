@@ -1,0 +1,59 @@
+def all_cell_metrics(wc=None):
+    return [cell_path(*cell) for cell in cells()]
+
+
+def surrogate_metrics(wc=None):
+    return [f"{surrogate_dir(m, k)}/metrics.json" for m in config["models"] for k in config["training"]["surrogates"]]
+
+
+rule aggregate:
+    """Every cell and surrogate into results.csv, surrogates.csv (Table 1), best.csv (Table 2), results.md."""
+    input:
+        cells=all_cell_metrics,
+        surrogates=surrogate_metrics,
+    output:
+        results=f"{RESULTS}/tables/results.csv",
+        surrogates=f"{RESULTS}/tables/surrogates.csv",
+        best=f"{RESULTS}/tables/best.csv",
+        markdown=f"{RESULTS}/tables/results.md",
+    log:
+        "logs/aggregate.log",
+    resources:
+        gpu=0,
+        mem_mb=4000,
+        runtime=30,
+    shell:
+        "{PYTHON} -m kvzap.aggregate --cells {input.cells} --surrogates {input.surrogates} "
+        "--out {RESULTS}/tables > {log} 2>&1"
+
+
+def figure_inputs(wc):
+    spec = config["figures"][wc.name]
+    inputs = [f"{RESULTS}/tables/results.csv"]
+    if spec["kind"] == "surrogate_fit":
+        for model in spec.get("models") or config["models"]:
+            for kind in ("linear", "mlp"):
+                inputs += [f"{surrogate_dir(model, kind)}/metrics.json", f"{surrogate_dir(model, kind)}/test_predictions.safetensors"]
+    if spec["kind"] == "ratio_distribution":
+        inputs += [cell_path(*c, name="predictions.csv") for c in cells() if c[3] == spec["method"]]
+    return inputs
+
+
+rule figure:
+    """One figure of the paper (PNG and PDF), from the aggregated tables."""
+    input:
+        figure_inputs,
+    output:
+        png=f"{RESULTS}/figures/{{name}}.png",
+        pdf=f"{RESULTS}/figures/{{name}}.pdf",
+    params:
+        spec=lambda wc: json.dumps(config["figures"][wc.name]),
+    log:
+        "logs/figures/{name}.log",
+    resources:
+        gpu=0,
+        mem_mb=4000,
+        runtime=30,
+    shell:
+        "{PYTHON} -m kvzap.figures --results {RESULTS}/tables/results.csv --results-dir {RESULTS} "
+        "--spec {params.spec:q} --out {output.png} > {log} 2>&1"
