@@ -184,10 +184,10 @@ class PrunedLayer(JudgedLayer):
         if bool((needed > self.capacity).any()):
             # Re-pack: the prefill's verdict fits exactly, later growth gets spare slots.
             self._repack(needed + (ROW_SLACK if self.owner.numel() else 0))
-        slots = _segments(self.start + self.length, counts)
+        slots, rows = _segments(self.start + self.length, counts)
         self.packed_keys[slots] = self.dense_keys[:, :, :n][keep]
         self.packed_values[slots] = self.dense_values[:, :, :n][keep]
-        self.owner[slots] = _segment_ids(counts).int()
+        self.owner[slots] = rows.int()
         self.length = needed
         self.dense_keys = self.dense_keys[:, :, n:].clone()
         self.dense_values = self.dense_values[:, :, n:].clone()
@@ -195,7 +195,7 @@ class PrunedLayer(JudgedLayer):
     def _repack(self, capacity: torch.Tensor) -> None:
         start = capacity.cumsum(0) - capacity
         used = self.owner >= 0  # slots in row order: rows are contiguous, each filled from its start
-        slots = _segments(start, self.length)
+        slots, _ = _segments(start, self.length)
         # Zeros, not garbage: a spare slot gets probability 0, and 0 * NaN would still be NaN.
         keys = self.packed_keys.new_zeros(int(capacity.sum()), self.packed_keys.shape[1])
         values = torch.zeros_like(keys)
@@ -212,7 +212,7 @@ class PrunedLayer(JudgedLayer):
             window_scores[..., self.window_len - new_mask.shape[-1]:].masked_fill_(~new_mask, -math.inf)
         flat_q = q.reshape(batch * heads * queries, dim)
         packed_scores = (flat_q @ self.packed_keys.T).float()  # (B * H * G*T, slots)
-        query_row = torch.arange(batch * heads, device=q.device).repeat_interleave(queries)
+        query_row = torch.arange(batch * heads, dtype=torch.int32, device=q.device).repeat_interleave(queries)
         packed_scores.masked_fill_(self.owner[None, :] != query_row[:, None], -math.inf)
         p = torch.softmax(torch.cat([packed_scores, window_scores.reshape(flat_q.shape[0], -1)], -1), -1).to(q.dtype)
         slots = self.owner.shape[0]
@@ -226,16 +226,11 @@ class PrunedLayer(JudgedLayer):
         return packed + self.dense_keys.nbytes + self.dense_values.nbytes + self.scores.nbytes
 
 
-def _segment_ids(counts: torch.Tensor) -> torch.Tensor:
-    """counts (R,) -> (sum,) the segment index of each element: [0]*counts[0] + [1]*counts[1] + ..."""
-    return torch.arange(len(counts), device=counts.device).repeat_interleave(counts)
-
-
-def _segments(starts: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
-    """(sum counts,) indices starts[r] + 0 .. counts[r] - 1, segment after segment."""
-    ids = _segment_ids(counts)
+def _segments(starts: torch.Tensor, counts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """starts, counts (R,) -> slots starts[r] + 0 .. counts[r] - 1 segment after segment, and each one's r."""
+    rows = torch.arange(len(counts), device=counts.device).repeat_interleave(counts)
     offsets = counts.cumsum(0) - counts
-    return starts[ids] + torch.arange(len(ids), device=counts.device) - offsets[ids]
+    return starts[rows] + torch.arange(len(rows), device=counts.device) - offsets[rows], rows
 
 
 class MaskedLayer(JudgedLayer):
