@@ -216,3 +216,10 @@ def test_precomputed_oracle_scores_drive_the_press():
     _, cache = _teacher_forced(model, press, ids, 70)
     expected = (oracle[..., : 70 - WINDOW - 10] < 0).sum(-1)  # the first 10 positions are unscored: kept
     assert torch.equal(torch.stack([layer.removed[0] for layer in cache.layers]), expected)
+
+
+def test_forward_without_cache_is_left_alone(surrogate):
+    model, ids = _model("llama"), _tokens(40, seed=14)
+    with KVzapPress(_scorer(surrogate), threshold=0.0, window=WINDOW)(model):
+        pruned = model(ids, use_cache=False).logits
+    assert torch.allclose(pruned, model(ids, use_cache=False).logits, atol=1e-6)

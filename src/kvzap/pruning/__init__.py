@@ -22,6 +22,8 @@ Usage (pruning happens after each attention op, in prefill and, with decoding=Tr
 
     pipe = pipeline("kv-press-text-generation", model=model, tokenizer=tokenizer)
     pipe(context, question=question, press=KVzapPress(path, threshold=-4.0))   # prefill-only pruning
+    # kvpress's pipeline re-enters only its own DMSPress while answering, so there the context alone is
+    # pruned, whatever `decoding` says; use model.generate for decoding-time pruning.
 
 Entering the press selects the "kvzap" attention implementation on the model, and it stays selected:
 pruned caches outlive the `with` block (the pipeline answers questions after it), and for dense caches it

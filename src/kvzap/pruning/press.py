@@ -57,8 +57,10 @@ class WindowedPress(BasePress):
 
     def forward_hook(self, module: nn.Module, input, kwargs: dict, output):
         hidden_states = kwargs["hidden_states"]  # (B, T, D), the attention input
-        cache, idx = kwargs["past_key_values"], module.layer_idx
+        cache, idx = kwargs.get("past_key_values"), module.layer_idx
         length = hidden_states.shape[1]
+        if cache is None:  # use_cache=False: nothing is kept, so nothing to prune
+            return output
         if is_prefilling(kwargs["cache_position"], length):
             if idx == 0:
                 self.head_ratios.clear()
