@@ -39,12 +39,14 @@ def make_surrogate(root: Path, kind: str, base_model: str = BASE) -> tuple[Path,
 
 @pytest.fixture
 def trained(tmp_path):
-    surrogates = {kind: make_surrogate(tmp_path / "results" / "Qwen3-8B", kind) for kind in ("linear", "mlp")}
+    surrogates = {kind: make_surrogate(tmp_path / "results" / "qwen3-8b", kind) for kind in ("linear", "mlp")}
     tables = tmp_path / "results" / "tables"
     tables.mkdir(parents=True)
-    # as kvzap.evaluate names cells: the sweep value of kvzap_<kind> is tau; other methods sweep ratios
+    # as kvzap.aggregate writes results.csv: `model` is the config key (the results/<key>/ folder),
+    # the sweep value of kvzap_<kind> is tau; other methods sweep ratios
     pd.DataFrame({
-        "model": [BASE] * 7 + ["other/Model"],
+        "model": ["qwen3-8b"] * 7 + ["other"],
+        "model_id": [BASE] * 7 + ["other/Model"],
         "method": ["kvzap_mlp"] * 4 + ["kvzap_linear"] * 2 + ["kvzap_mlp_head", "kvzap_mlp"],
         "benchmark": ["ruler", "ruler", "longbench", "longbench", "ruler", "ruler", "ruler", "ruler"],
         "value": [-5.0, -3.0, -5.0, -3.0, -5.0, -3.0, 0.5, -5.0],
@@ -204,3 +206,12 @@ def test_missing_surrogate_file_is_named(tmp_path):
     (folder / "metrics.json").unlink()
     with pytest.raises(SystemExit, match="metrics.json"):
         publish.build_model_repo(folder, tmp_path / "out", "me", [], None, "apache-2.0")
+
+
+def test_tau_curve_matches_the_model_by_config_key(tmp_path):
+    table = tmp_path / "results.csv"
+    pd.DataFrame({"model": ["qwen3-8b", "qwen3-8b", "other"], "method": ["kvzap_linear"] * 3,
+                  "value": [-4.0, float("nan"), -4.0], "compression_ratio": [0.5, 0.0, 0.9]}).to_csv(table, index=False)
+    curve = publish.tau_curve([table], {"qwen3-8b"}, "linear")
+    assert curve.to_dict("records") == [{"threshold": -4.0, "compression_ratio": 0.5}]
+    assert publish.tau_curve([table], {"Qwen3-8B"}, "linear").empty

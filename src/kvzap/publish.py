@@ -26,8 +26,9 @@ from kvzap.surrogate import CONFIG_NAME, WEIGHTS_NAME
 PAPER = "https://arxiv.org/abs/2601.07891"
 SURROGATE_FILES = (CONFIG_NAME, WEIGHTS_NAME, "metrics.json")
 # The tau -> compression curve comes from result-table rows of the threshold-swept method of each
-# surrogate (kvzap.methods: "kvzap_linear", "kvzap_mlp"; its sweep value is the threshold tau).
-MODEL_COL, METHOD_COL, COMPRESSION_COL = "model", "method", "compression_ratio"
+# surrogate (kvzap.methods: "kvzap_linear", "kvzap_mlp"; its sweep value is the threshold tau), as
+# kvzap.aggregate writes them: `model` is the config's model key, `model_id` the model's id.
+MODEL_COLS, METHOD_COL, COMPRESSION_COL = ("model", "model_id"), "method", "compression_ratio"
 THRESHOLD_COLS = ("threshold", "value")
 
 
@@ -51,8 +52,9 @@ def r2_markdown(r2: list) -> str:
     return "\n".join(lines)
 
 
-def tau_curve(tables: list[Path], base_model: str, kind: str) -> pd.DataFrame:
-    """Mean compression ratio per threshold tau of method kvzap_<kind> on this model, over all benchmark rows."""
+def tau_curve(tables: list[Path], model_names: set[str], kind: str) -> pd.DataFrame:
+    """Mean compression ratio per threshold tau of method kvzap_<kind> on the model known by any of
+    `model_names`, over all benchmark rows."""
     parts = []
     for path in tables:
         df = pd.read_csv(path)
@@ -60,8 +62,9 @@ def tau_curve(tables: list[Path], base_model: str, kind: str) -> pd.DataFrame:
         if tau is None or not {METHOD_COL, COMPRESSION_COL} <= set(df.columns):
             continue
         df = df[df[METHOD_COL] == f"kvzap_{kind}"]
-        if MODEL_COL in df.columns:
-            df = df[df[MODEL_COL].astype(str).isin([base_model, short_name(base_model)])]
+        in_model = [df[c].astype(str).isin(model_names) for c in MODEL_COLS if c in df.columns]
+        if in_model:
+            df = df[pd.concat(in_model, axis=1).any(axis=1)]
         parts.append(df[[tau, COMPRESSION_COL]].set_axis(["threshold", COMPRESSION_COL], axis=1))
     if not parts:
         return pd.DataFrame(columns=["threshold", COMPRESSION_COL])
@@ -167,7 +170,9 @@ def build_model_repo(surrogate_dir: Path, out: Path, namespace: str, tables: lis
     folder.mkdir(parents=True)
     for name in SURROGATE_FILES:
         shutil.copy2(surrogate_dir / name, folder / name)
-    card = model_card(repo_id, kind, metrics, tau_curve(tables, metrics["model_id"], kind), dataset_repo, license)
+    # results/<model key>/surrogates/<kind>: the key is what the tables call the model
+    names = {metrics["model_id"], short_name(metrics["model_id"]), surrogate_dir.resolve().parents[1].name}
+    card = model_card(repo_id, kind, metrics, tau_curve(tables, names, kind), dataset_repo, license)
     atomic_write_text(folder / "README.md", str(card))
     return {"repo_id": repo_id, "repo_type": "model", "folder": str(folder), "source": str(surrogate_dir)}
 
