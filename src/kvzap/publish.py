@@ -69,7 +69,7 @@ def tau_curve(tables: list[Path], model_names: set[str], kind: str) -> pd.DataFr
     if not parts:
         return pd.DataFrame(columns=["threshold", COMPRESSION_COL])
     curve = pd.concat(parts).astype(float).dropna()
-    curve = curve[curve["threshold"].map(math.isfinite)]
+    curve = curve[~curve["threshold"].isin([math.inf, -math.inf])]  # tau=-inf is the "prune nothing" point
     return curve.groupby("threshold", as_index=False)[COMPRESSION_COL].mean().sort_values("threshold")
 
 
