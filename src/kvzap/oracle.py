@@ -1,16 +1,34 @@
 """KVzip and KVzip+ oracle scores: how much each context token is attended to when the model repeats it.
 
-One forward pass of the decoder over `user: <ctx> Repeat the previous context exactly. assistant: <ctx>`.
+The prompt is `user: <ctx> Repeat the previous context exactly. assistant: <ctx>` (chat template). The user
+turn is prefilled once into a KV cache; the repetition then runs as one or more extra forwards on that cache.
 A hook on every attention module recomputes, from the module's own projections, the queries of the
-repeated copy and the keys of the whole prompt, and streams over chunks of repeated queries, so the model
-keeps whatever attention implementation it was loaded with and peak extra memory per layer is
-O(query_chunk x prompt length) instead of the full (heads x repeat x prompt) attention tensor.
+repeated tokens and reads the keys and values the module just cached, streaming over chunks of queries,
+so the model keeps whatever attention implementation it was loaded with and peak extra memory per layer
+is O(query_chunk x sequence) instead of the full (heads x repeat x prompt) attention tensor.
 
-For a context token i and a query j of the repeated copy (per query head, softmax over the whole prompt):
+For a context token i and a query j of its repetition (per query head, softmax over every key j sees):
     KVzip   s_i  = max_j a_ji
     KVzip+  s+_i = max_j a_ji * ||W_O^h v_i|| / ||h_j||        (W_O^h: the o_proj columns of query head h)
 then the max over the query heads of each GQA group; KVzip+ is returned as a natural log (the surrogates'
-regression target).
+regression target). h is the attention input (post input-RMSNorm), as in kvpress's kvzap/data.py.
+
+Chunked repetition (contexts longer than `chunk_tokens`, 2048 as in kvpress; KVzip itself uses 2000), as
+KVzip: chunk k is repeated by its own forward of [user turn][instruction_k][assistant opening][chunk k]
+on the cached user turn (the cache is cropped back after each chunk, never recomputed or copied), where
+instruction_0 = "Repeat the previous context exactly." and later ones = "Repeat the part of the previous
+context exactly, starting with" + the last 8 tokens of chunk k-1. Only chunk k's context tokens are scored
+by pass k, by chunk k's repeated tokens. A context of at most `chunk_tokens` tokens is one pass over
+exactly the unchunked prompt. Where this differs from kvpress's `KVzipPress`, and why:
+- Softmax: kvpress renormalises over a subset of keys ([first 4 sinks, chunk k's context keys, the replay
+  tokens]); we use the model's own attention weights (softmax over the whole user turn, the instruction
+  and the causal replay), the quantity kvpress's KVzap training data (kvzap/data.py) regresses on.
+- Queries: kvpress takes the max over every replay token, instruction and template included; we take it
+  over the repeated context tokens only (the paper's j in the repeated prompt, and data.py's rows).
+- Sinks and template: kvpress forces the first 4 positions to the maximum score and leaves the rest of the
+  template prefix at 0; we score only context tokens and leave sink protection to the pruning policy.
+- Masking: kvpress turns the scores into masked keys (no memory saved); this module only scores.
+- Precision: kvpress scores in the model dtype; we compute logits, softmax and norms in float32.
 """
 
 from __future__ import annotations
@@ -19,9 +37,12 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
 REPEAT_INSTRUCTION = "\n\nRepeat the previous context exactly."
+CONTINUE_INSTRUCTION = "\n\nRepeat the part of the previous context exactly, starting with"
+CHUNK_TOKENS = 2048  # kvpress KVzipPress.chunk_size
+CUE_TOKENS = 8  # tokens of the previous chunk quoted by a later chunk's instruction (KVzip prev_postfix_size)
 
 
 @dataclass
@@ -29,6 +50,8 @@ class RepeatPrompt:
     input_ids: torch.Tensor  # (1, T)
     context: slice  # token span of the original context
     repeat: slice  # token span of its repetition
+    suffix: slice | None = None  # chat-template tokens between the instruction and the repetition
+    continue_ids: torch.Tensor | None = None  # (m,) tokens of CONTINUE_INSTRUCTION, for later chunks
 
 
 @dataclass
@@ -61,7 +84,33 @@ def build_repeat_prompt(tokenizer: PreTrainedTokenizerBase, context: str) -> Rep
     offsets = encoded["offset_mapping"]
     ctx = _char_span_to_tokens(offsets, first, first + len(context))
     rep = _char_span_to_tokens(offsets, second, second + len(context))
-    return RepeatPrompt(torch.tensor([encoded["input_ids"]]), ctx, rep)
+    # Template tokens after the instruction: they open the assistant turn before every repeated chunk.
+    instruction_end = first + len(context) + len(REPEAT_INSTRUCTION)
+    suffix = slice(next(i for i in range(ctx.stop, rep.start) if offsets[i][0] >= instruction_end), rep.start)
+    continue_ids = torch.tensor(tokenizer.encode(CONTINUE_INSTRUCTION, add_special_tokens=False))
+    return RepeatPrompt(torch.tensor([encoded["input_ids"]]), ctx, rep, suffix, continue_ids)
+
+
+def repeat_chunks(prompt: RepeatPrompt, chunk_tokens: int | None = CHUNK_TOKENS) -> list[tuple[torch.Tensor, slice, int]]:
+    """The forwards that follow the cached user turn (ids[:context.stop]): (input ids (n,), the context
+    positions they score, how many trailing ids repeat them). A single chunk is the unchunked prompt's
+    tail; several follow KVzip's chunk prompts."""
+    ids, ctx, rep = prompt.input_ids[0], prompt.context, prompt.repeat
+    n_ctx = ctx.stop - ctx.start
+    if chunk_tokens is None or n_ctx <= chunk_tokens:
+        return [(ids[ctx.stop: rep.stop], ctx, rep.stop - rep.start)]
+    if prompt.suffix is None or prompt.continue_ids is None:
+        raise ValueError("Chunked repetition needs a RepeatPrompt from build_repeat_prompt (suffix, continue_ids).")
+    context_ids = ids[ctx]
+    chunks = []
+    for start in range(0, n_ctx, chunk_tokens):
+        piece = context_ids[start: start + chunk_tokens]
+        if start == 0:
+            lead = ids[ctx.stop: rep.start]
+        else:
+            lead = torch.cat([prompt.continue_ids, context_ids[start - CUE_TOKENS: start], ids[prompt.suffix]])
+        chunks.append((torch.cat([lead, piece]), slice(ctx.start + start, ctx.start + start + len(piece)), len(piece)))
+    return chunks
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -69,61 +118,70 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x2, x1), dim=-1)
 
 
-def _project(module: nn.Module, proj: nn.Linear, norm_name: str, h: torch.Tensor, cos, sin) -> torch.Tensor:
-    """h: (T, D) -> RoPE'd heads (H, T, d), applying Qwen3-style per-head q/k norms when present."""
-    x = proj(h).view(h.shape[0], -1, module.head_dim)
-    norm = getattr(module, norm_name, None)
-    if norm is not None:
-        x = norm(x)
+def _queries(module: nn.Module, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """h: (c, D) -> RoPE'd float32 queries (H_q, c, d), with Qwen3-style per-head q norm when present."""
+    x = module.q_proj(h).view(h.shape[0], -1, module.head_dim)
+    if getattr(module, "q_norm", None) is not None:
+        x = module.q_norm(x)
     x = x.transpose(0, 1).float()
     return x * cos + _rotate_half(x) * sin
 
 
 class _LayerScorer:
-    """Forward hook computing one layer's oracle scores from its attention input."""
+    """Forward hook: during the user-turn prefill keeps the requested attention inputs; during a repeat
+    forward scores the context positions `self.scored` by the last `self.n_repeat` tokens."""
 
-    def __init__(self, prompt: RepeatPrompt, query_chunk: int, keep_positions: torch.Tensor | None):
-        self.prompt, self.query_chunk, self.keep_positions = prompt, query_chunk, keep_positions
-        self.kvzip: dict[int, torch.Tensor] = {}
-        self.plus_log: dict[int, torch.Tensor] = {}
+    def __init__(self, model: PreTrainedModel, context: slice, query_chunk: int, keep_positions: torch.Tensor | None):
+        cfg = model.config
+        self.query_chunk, self.keep_positions = query_chunk, keep_positions
+        self.context_start = context.start
+        n_ctx = context.stop - context.start
+        self.scored: slice | None = None
+        self.n_repeat = 0
+        self.kvzip = torch.zeros(cfg.num_hidden_layers, cfg.num_key_value_heads, n_ctx)  # (L, H_kv, C)
+        self.plus_log = torch.zeros_like(self.kvzip)
         self.hidden: dict[int, torch.Tensor] = {}
 
     @torch.no_grad()
     def __call__(self, module: nn.Module, args, kwargs, output):
-        ctx, rep = self.prompt.context, self.prompt.repeat
-        h = kwargs["hidden_states"][0]  # (T, D), batch of one
-        cos, sin = (t[0].float() for t in kwargs["position_embeddings"])  # (T, d)
-        n_q = module.config.num_attention_heads
+        layer = module.layer_idx
+        h = kwargs["hidden_states"][0]  # (n, D) the tokens of this forward, batch of one
+        if self.scored is None:
+            if self.keep_positions is not None:
+                self.hidden[layer] = h[self.context_start + self.keep_positions.to(h.device)].cpu()
+            return
+        cached = kwargs["past_key_values"].layers[layer]
+        keys = cached.keys[0].float()  # (H_kv, T, d) RoPE'd, the whole sequence this forward attends to
+        n_kv, n_seq, d = keys.shape
         group = module.num_key_value_groups
-        d = module.head_dim
+        scored = self.scored
+        values = cached.values[0, :, scored].float()  # (H_kv, C_k, d)
+        w_o = module.o_proj.weight.float().view(-1, n_kv, group, d)  # (D, H_kv, g, d): query head q = k*g + i
+        out_norm = torch.cat([
+            torch.einsum("kcd,ekgd->kgce", values[:, s: s + self.query_chunk], w_o).norm(dim=-1)
+            for s in range(0, values.shape[1], self.query_chunk)
+        ], dim=-1)  # (H_kv, g, C_k) = ||W_O^h v_i||, streamed over tokens to bound the (.., D) intermediate
 
-        keys = _project(module, module.k_proj, "k_norm", h[: rep.stop], cos[: rep.stop], sin[: rep.stop])  # (Hkv, Tr, d)
-        keys = keys.repeat_interleave(group, dim=0)  # (Hq, Tr, d), query head q reads kv head q // group
-        values = module.v_proj(h[ctx]).view(-1, module.config.num_key_value_heads, d).float()  # (C, Hkv, d)
-        values = values.repeat_interleave(group, dim=1)  # (C, Hq, d)
-        w_o = module.o_proj.weight.float().view(-1, n_q, d)  # (D, Hq, d)
-        out_norm = torch.einsum("chd,ehd->hce", values, w_o).norm(dim=-1)  # (Hq, C) = ||W_O^h v_i||
-
-        kvzip = torch.zeros(n_q, ctx.stop - ctx.start, device=h.device)
-        plus = torch.zeros_like(kvzip)
-        positions = torch.arange(rep.stop, device=h.device)
-        for start in range(rep.start, rep.stop, self.query_chunk):
-            stop = min(start + self.query_chunk, rep.stop)
-            q = _project(module, module.q_proj, "q_norm", h[start:stop], cos[start:stop], sin[start:stop])  # (Hq, c, d)
-            logits = q @ keys.transpose(1, 2) * module.scaling  # (Hq, c, Tr)
-            causal = positions[None, :] > positions[start:stop, None]  # (c, Tr)
-            attn = logits.masked_fill(causal, float("-inf")).softmax(dim=-1)[..., ctx]  # (Hq, c, C)
-            kvzip = torch.maximum(kvzip, attn.amax(dim=1))
-            h_norm = h[start:stop].float().norm(dim=-1)  # (c,)
-            plus = torch.maximum(plus, (attn / h_norm[None, :, None]).amax(dim=1))
+        cos, sin = (t[0].float() for t in kwargs["position_embeddings"])  # (n, d)
+        first = h.shape[0] - self.n_repeat  # first repeated token within this forward
+        key_pos = torch.arange(n_seq, device=h.device)
+        kvzip = torch.zeros_like(out_norm)
+        plus = torch.zeros_like(out_norm)
+        for start in range(first, h.shape[0], self.query_chunk):
+            rows = slice(start, min(start + self.query_chunk, h.shape[0]))
+            q = _queries(module, h[rows], cos[rows], sin[rows]).view(n_kv, group, -1, d)  # (H_kv, g, c, d)
+            logits = q @ keys[:, None].transpose(-1, -2) * module.scaling  # (H_kv, g, c, T)
+            query_pos = key_pos[n_seq - h.shape[0] + rows.start: n_seq - h.shape[0] + rows.stop]  # (c,)
+            future = key_pos[None, :] > query_pos[:, None]  # (c, T)
+            attn = logits.masked_fill(future, float("-inf")).softmax(dim=-1)[..., scored]  # (H_kv, g, c, C_k)
+            kvzip = torch.maximum(kvzip, attn.amax(dim=2))
+            h_norm = h[rows].float().norm(dim=-1)  # (c,)
+            plus = torch.maximum(plus, (attn / h_norm[:, None]).amax(dim=2))
         plus = plus * out_norm  # max_j commutes with the j-independent positive factor ||W_O v_i||
 
-        n_kv = n_q // group
-        layer = module.layer_idx
-        self.kvzip[layer] = kvzip.view(n_kv, group, -1).amax(dim=1).cpu()
-        self.plus_log[layer] = plus.view(n_kv, group, -1).amax(dim=1).log().cpu()
-        if self.keep_positions is not None:
-            self.hidden[layer] = h[ctx][self.keep_positions.to(h.device)].cpu()
+        local = slice(scored.start - self.context_start, scored.stop - self.context_start)
+        self.kvzip[layer, :, local] = kvzip.amax(dim=1).cpu()
+        self.plus_log[layer, :, local] = plus.amax(dim=1).log().cpu()
 
 
 def attention_modules(model: PreTrainedModel) -> list[nn.Module]:
@@ -136,21 +194,33 @@ def oracle_scores(
     prompt: RepeatPrompt,
     keep_positions: torch.Tensor | None = None,
     query_chunk: int = 256,
+    chunk_tokens: int | None = CHUNK_TOKENS,
 ) -> OracleScores:
     """Score every (layer, kv-head, context token); optionally keep the attention inputs at `keep_positions`
-    (indices into the context span), which are the surrogate's training inputs."""
-    scorer = _LayerScorer(prompt, query_chunk, keep_positions)
+    (indices into the context span), which are the surrogate's training inputs. `chunk_tokens=None` repeats
+    the whole context in one forward (kvpress's data.py definition) whatever its length."""
+    ids, ctx = prompt.input_ids, prompt.context
+    chunks = repeat_chunks(prompt, chunk_tokens)
+    window = getattr(model.config, "sliding_window", None)
+    if window is not None and ctx.stop + max(len(c) for c, _, _ in chunks) > window:
+        raise ValueError(f"Sliding-window attention ({window} tokens) is shorter than the repeat prompt: "
+                         "the oracle's full-softmax attention weights would not be the model's.")
+    scorer = _LayerScorer(model, ctx, query_chunk, keep_positions)
     handles = [m.register_forward_hook(scorer, with_kwargs=True) for m in attention_modules(model)]
+    device = next(model.parameters()).device
+    cache = DynamicCache()  # full-attention layers whatever the config, so crop() always applies
     try:
-        device = next(model.parameters()).device
-        # The decoder alone: no LM head, no cache (the repeated copy's logits are never needed).
-        model.model(input_ids=prompt.input_ids.to(device)[:, : prompt.repeat.stop], use_cache=False)
+        # The decoder alone: no LM head (the repeated copy's logits are never needed).
+        model.model(input_ids=ids[:, : ctx.stop].to(device), past_key_values=cache, use_cache=True)
+        for chunk_ids, scorer.scored, scorer.n_repeat in chunks:
+            model.model(input_ids=chunk_ids[None].to(device), past_key_values=cache, use_cache=True)
+            cache.crop(ctx.stop)
     finally:
         for handle in handles:
             handle.remove()
-    layers = sorted(scorer.kvzip)
+    layers = sorted(scorer.hidden)
     return OracleScores(
-        kvzip=torch.stack([scorer.kvzip[i] for i in layers]),
-        kvzip_plus_log=torch.stack([scorer.plus_log[i] for i in layers]),
+        kvzip=scorer.kvzip,
+        kvzip_plus_log=scorer.plus_log,
         hidden=torch.stack([scorer.hidden[i] for i in layers]) if keep_positions is not None else None,
     )
