@@ -12,5 +12,5 @@ rule prepare_model:
         mem_mb=model_resource("prepare", "mem_mb", 8000),
         runtime=model_resource("prepare", "runtime", 60),
     shell:
-        "{PYTHON} -m kvzap.models --model-id {params.model_id:q} --revision {params.revision:q} "
+        "{PYTHON} -m kvzap.models --model-id {params.model_id:q} --revision='{params.revision}' "
         "--out {RESULTS}/{wildcards.model} > {log} 2>&1"
