@@ -179,28 +179,33 @@ class PrunedLayer(JudgedLayer):
                                                   for _ in range(3))  # (B * H,) each
 
     def _settle(self, n, keep):
+        batch, heads = keep.shape[:2]
         counts = keep.sum(-1).flatten()  # (B * H,)
         needed = self.length + counts
         if bool((needed > self.capacity).any()):
             # Re-pack: the prefill's verdict fits exactly, later growth gets spare slots.
             self._repack(needed + (ROW_SLACK if self.owner.numel() else 0))
-        slots, rows = _segments(self.start + self.length, counts)
+        # The i-th kept token of row r goes to slot start[r] + length[r] + i.
+        first_free = (self.start + self.length).view(batch, heads, 1)
+        slots = (first_free + keep.cumsum(-1) - 1)[keep]
         self.packed_keys[slots] = self.dense_keys[:, :, :n][keep]
         self.packed_values[slots] = self.dense_values[:, :, :n][keep]
-        self.owner[slots] = rows.int()
+        rows = torch.arange(batch * heads, dtype=torch.int32, device=keep.device).view(batch, heads, 1)
+        self.owner[slots] = rows.expand_as(keep)[keep]
         self.length = needed
         self.dense_keys = self.dense_keys[:, :, n:].clone()
         self.dense_values = self.dense_values[:, :, n:].clone()
 
     def _repack(self, capacity: torch.Tensor) -> None:
         start = capacity.cumsum(0) - capacity
-        used = self.owner >= 0  # slots in row order: rows are contiguous, each filled from its start
-        slots, _ = _segments(start, self.length)
+        old = (self.owner >= 0).nonzero().squeeze(1)  # used slots
+        rows = self.owner[old].long()
+        new = start[rows] + old - self.start[rows]  # same offset inside the row's new segment
         # Zeros, not garbage: a spare slot gets probability 0, and 0 * NaN would still be NaN.
         keys = self.packed_keys.new_zeros(int(capacity.sum()), self.packed_keys.shape[1])
         values = torch.zeros_like(keys)
         owner = torch.full((keys.shape[0],), -1, dtype=torch.int32, device=keys.device)
-        keys[slots], values[slots], owner[slots] = self.packed_keys[used], self.packed_values[used], self.owner[used]
+        keys[new], values[new], owner[new] = self.packed_keys[old], self.packed_values[old], self.owner[old]
         self.packed_keys, self.packed_values, self.owner = keys, values, owner
         self.start, self.capacity = start, capacity
 
@@ -224,13 +229,6 @@ class PrunedLayer(JudgedLayer):
         """Bytes held: packed keys and values (with spare slots), slot owners, window, window scores."""
         packed = self.packed_keys.nbytes + self.packed_values.nbytes + self.owner.nbytes
         return packed + self.dense_keys.nbytes + self.dense_values.nbytes + self.scores.nbytes
-
-
-def _segments(starts: torch.Tensor, counts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """starts, counts (R,) -> slots starts[r] + 0 .. counts[r] - 1 segment after segment, and each one's r."""
-    rows = torch.arange(len(counts), device=counts.device).repeat_interleave(counts)
-    offsets = counts.cumsum(0) - counts
-    return starts[rows] + torch.arange(len(rows), device=counts.device) - offsets[rows], rows
 
 
 class MaskedLayer(JudgedLayer):
