@@ -1,0 +1,126 @@
+"""The evaluation harness, tables and figures, end to end on a tiny random model (no hub)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from kvzap import aggregate, evaluate, figures, methods
+from kvzap.surrogate import Surrogate
+from tiny_models import tiny_model, tiny_tokenizer
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def tiny_setup(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tiny")
+    tok = tiny_tokenizer()
+    model = tiny_model("llama", len(tok), max_position_embeddings=2048)
+    model.save_pretrained(root / "hf")
+    tok.save_pretrained(root / "hf")
+    (root / "model.json").write_text(json.dumps({"model_id": "tiny", "path": str(root / "hf"), "revision": "r0"}))
+    Surrogate(64, 2, 2).save_pretrained(root / "linear")
+    return root
+
+
+def _cell(root, out, method, value=None, subset="256"):
+    argv = ["--model", str(root / "model.json"), "--benchmark", "ruler", "--subset", subset, "--tasks",
+            "niah_single_2", "vt", "--n-samples", "2", "--max-new-tokens", "4", "--method", method,
+            "--surrogate-linear", str(root / "linear"), "--out", str(out)]
+    return evaluate.evaluate(evaluate.parse_args(argv + (["--value", str(value)] if value is not None else [])))
+
+
+def test_cells_tables_and_figures(tiny_setup, tmp_path):
+    cells = [("full", None), ("knorm", 0.5), ("kvzap_linear", 0.0), ("kvzap_linear", -1e9)]
+    paths = []
+    for method, value in cells:
+        out = tmp_path / "m" / "eval" / "ruler-256" / "256" / method / ("none" if value is None else f"{value:g}")
+        metrics = _cell(tiny_setup, out, method, value)
+        assert set(metrics["per_task"]) == {"niah_single_2", "vt"}
+        predictions = pd.read_csv(out / "predictions.csv")
+        assert len(predictions) == 4 and "prediction" in predictions
+        paths.append(out / "metrics.json")
+    ratios = {m: json.loads(p.read_text())["compression_ratio"] for (m, v), p in zip(cells, paths) if v != 0.0}
+    assert ratios["full"] == 0.0 and ratios["knorm"] == 0.5
+    assert ratios["kvzap_linear"] == 0.0  # tau far below every score prunes nothing
+    assert 0.0 < json.loads(paths[2].read_text())["compression_ratio"] < 1.0
+
+    results = aggregate.aggregate(paths, [], tmp_path / "tables")
+    assert len(results) == 4 and "task:vt" in results
+    assert (tmp_path / "tables" / "results.md").read_text().startswith("## results")
+    figures.tradeoff(results, {"benchmark": "ruler-256"}, tmp_path / "fig.png")
+    figures.per_task(results, {"benchmark": "ruler-256"}, tmp_path / "task.png")
+    assert (tmp_path / "fig.png").stat().st_size > 1000 and (tmp_path / "task.pdf").exists()
+
+
+def test_context_longer_than_model_is_refused(tiny_setup, tmp_path):
+    with pytest.raises(SystemExit, match="allows 2048"):
+        _cell(tiny_setup, tmp_path / "x", "full", subset="4096")
+    assert not (tmp_path / "x").exists()
+
+
+def test_missing_surrogate_is_named(tiny_setup, tmp_path):
+    argv = ["--model", str(tiny_setup / "model.json"), "--benchmark", "ruler", "--subset", "256", "--method",
+            "kvzap_mlp", "--value", "-4", "--out", str(tmp_path)]
+    with pytest.raises(SystemExit, match="mlp surrogate"):
+        evaluate.evaluate(evaluate.parse_args(argv))
+
+
+def test_registry_matches_schema_and_builds():
+    schema = json.loads((ROOT / "config" / "schema.json").read_text())
+    enum = schema["properties"]["evaluation"]["properties"]["methods"]["items"]["enum"]
+    assert sorted(enum) == sorted(methods.REGISTRY)
+    for name, method in methods.REGISTRY.items():
+        if method.surrogate or method.needs_hub:
+            continue
+        press = methods.build(name, 0.5, {})
+        assert (press is None) == (name == "full")
+    with pytest.raises(ValueError, match="Unknown method 'kvzapp'"):
+        methods.get("kvzapp")
+
+
+def test_best_configuration_respects_tolerance():
+    rows = [
+        dict(model="m", benchmark="b", subset="s", method="full", value=None, average=90.0, compression_ratio=0.0),
+        dict(model="m", benchmark="b", subset="s", method="kvzap_mlp", value=-4, average=89.5, compression_ratio=0.6),
+        dict(model="m", benchmark="b", subset="s", method="kvzap_mlp", value=-3, average=80.0, compression_ratio=0.9),
+        dict(model="m", benchmark="b", subset="s", method="kvzap_linear", value=-5, average=90.0, compression_ratio=0.4),
+    ]
+    best = aggregate.best_configurations(pd.DataFrame(rows))
+    assert best.iloc[0][["method", "value", "compression_ratio"]].tolist() == ["kvzap_mlp", -4, 0.6]
+
+
+def _set_methods(c):
+    c["evaluation"]["methods"] = ["full", "kvzapp"]
+
+
+def _set_threshold(c):
+    c["models"]["smollm2-135m"]["thresholds"] = [-4, "high"]
+
+
+def _set_benchmark(c):
+    c["evaluation"]["benchmarks"]["ruler-512"]["benchmark"] = "rulerr"
+
+
+def _set_figure(c):
+    c["figures"]["ruler_tradeoff"]["benchmark"] = "longbench-x"
+
+
+@pytest.mark.parametrize("change, message", [
+    (_set_methods, "kvzapp"), (_set_threshold, "high"), (_set_benchmark, "rulerr"), (_set_figure, "longbench-x"),
+])
+def test_bad_config_fails_before_any_job(tmp_path, change, message):
+    config = yaml.safe_load((ROOT / "config" / "ci.yaml").read_text())
+    change(config)
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(config))
+    result = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--configfile", str(path)], cwd=ROOT,
+                            capture_output=True, text=True)
+    assert result.returncode != 0
+    assert message in result.stdout + result.stderr
+    assert "prepare_model" not in result.stdout
