@@ -27,6 +27,9 @@ def check_config():
     if config["oracle"]["min_tokens"] >= config["oracle"]["max_tokens"]:
         fail("oracle.min_tokens must be smaller than oracle.max_tokens.")
     for name, bench in config["evaluation"]["benchmarks"].items():
+        for model in bench.get("models", []):
+            if model not in config["models"]:
+                fail(f"benchmark {name} names model {model!r}, which models does not define.")
         if bench["source"] == "offline" and bench["benchmark"] == "longbench":
             fail(f"benchmark {name}: LongBench has no offline source; use source: hub or local:<folder>.")
     for name, fig in config["figures"].items():
@@ -63,6 +66,8 @@ def cells():
     out = []
     for model in config["models"]:
         for bench_name, bench in config["evaluation"]["benchmarks"].items():
+            if model not in bench.get("models", config["models"]):
+                continue
             for subset in bench["subsets"]:
                 for method in bench.get("methods", config["evaluation"]["methods"]):
                     for value in method_values(model, method):
