@@ -85,7 +85,7 @@ def surrogate_dir(model, kind):
 
 def model_resource(stage, key, default):
     """A model's resource for a stage; runtime and memory grow with each retry."""
-    def get(wildcards, attempt):
+    def get(wildcards, attempt=1):
         spec = config["models"][wildcards.model].get("resources", {}).get(stage, {})
         value = spec.get(key, default)
         return value * attempt if key in ("runtime", "mem_mb") else value

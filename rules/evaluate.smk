@@ -34,6 +34,7 @@ rule evaluate_cell:
         benchmark=lambda wc: config["evaluation"]["benchmarks"][wc.bench],
     log:
         "logs/evaluate/{model}/{bench}/{subset}/{method}/{value}.log",
+    threads: model_resource("evaluate", "cpus", 1)
     resources:
         gpu=model_resource("evaluate", "gpu", 0),
         mem_mb=model_resource("evaluate", "mem_mb", 16000),

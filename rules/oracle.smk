@@ -11,6 +11,7 @@ rule oracle_data:
         seed=config["seed"],
     log:
         "logs/oracle/{model}.log",
+    threads: model_resource("oracle", "cpus", 1)
     resources:
         gpu=model_resource("oracle", "gpu", 0),
         mem_mb=model_resource("oracle", "mem_mb", 16000),

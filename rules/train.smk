@@ -15,6 +15,7 @@ rule train_surrogate:
         seed=config["seed"],
     log:
         "logs/train/{model}-{kind}.log",
+    threads: model_resource("train", "cpus", 1)
     resources:
         gpu=model_resource("train", "gpu", 0),
         mem_mb=model_resource("train", "mem_mb", 16000),
