@@ -12,7 +12,7 @@
 #
 # Environment (optional):
 #   KVZAP_CI_PARTITION=gpu  KVZAP_CI_ACCOUNT=kvzap   mirror the real cluster's names
-#   KVZAP_CI_GPUS=2  KVZAP_CI_CPUS=16  KVZAP_CI_MEM_MB=128000
+#   KVZAP_CI_GPUS=2  KVZAP_CI_CPUS=16  KVZAP_CI_MEM_MB=262144
 #       the node declared to slurmctld (SlurmdParameters=config_overrides); larger than this
 #       machine so the real profile's GPU/thread/memory requests schedule unchanged. GPUs are
 #       fake: GRES files are symlinks to /dev/null, jobs only get CUDA_VISIBLE_DEVICES.
@@ -22,7 +22,7 @@ PARTITION=${KVZAP_CI_PARTITION:-gpu}
 ACCOUNT=${KVZAP_CI_ACCOUNT:-kvzap}
 GPUS=${KVZAP_CI_GPUS:-2}
 CPUS=${KVZAP_CI_CPUS:-16}
-MEM_MB=${KVZAP_CI_MEM_MB:-128000}
+MEM_MB=${KVZAP_CI_MEM_MB:-262144}
 STATE=/run/kvzap-slurm-ci
 LOGDIR=/var/log/slurm
 CLUSTER=kvzapci
