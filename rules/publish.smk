@@ -1,6 +1,8 @@
 # Publishing uploads, so it is its own target (`snakemake publish`), never part of `all`.
 # A local rule: on a cluster it runs on the submit host, which has the network and HF_TOKEN.
-PUBLISH = config["publish"]
+# Defaults as in config/schema.json: a dry run unless the config says otherwise.
+PUBLISH = {"namespace": "", "dataset_repo": None, "private": False, "dry_run": True, "license": "apache-2.0",
+           **config.get("publish", {})}
 
 
 def published_surrogates(wc=None):
