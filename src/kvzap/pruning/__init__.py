@@ -27,8 +27,12 @@ Usage (pruning happens after each attention op, in prefill and, with decoding=Tr
 
 Entering the press selects the "kvzap" attention implementation on the model, and it stays selected:
 pruned caches outlive the `with` block (the pipeline answers questions after it), and for dense caches it
-is sdpa. Batch rows must be unpadded; beam search is not supported. `calibrate_thresholds` finds the
-threshold that gives a target compression ratio on calibration texts.
+is sdpa. Batch rows must be unpadded; beam search is not supported.
+
+Threshold calibration (prefill ratios; one forward per text), from Python with
+`kvzap.pruning.calibration.calibrate(collect_scores(model, ids, scorer), targets)` or from the shell:
+    python -m kvzap.pruning.calibration --model-json M --surrogate S --texts texts.json --targets 0.5 0.67 \
+        --out tau.json
 """
 
 from kvzap.pruning.cache import MaskedLayer, PrunedLayer
