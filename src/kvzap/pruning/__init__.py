@@ -31,8 +31,7 @@ is sdpa. Batch rows must be unpadded; beam search is not supported.
 
 Threshold calibration (prefill ratios; one forward per text), from Python with
 `kvzap.pruning.calibration.calibrate(collect_scores(model, ids, scorer), targets)` or from the shell:
-    python -m kvzap.pruning.calibration --model-json M --surrogate S --texts texts.json --targets 0.5 0.67 \
-        --out tau.json
+    python -m kvzap.pruning.calibration --model-json M --surrogate S --texts t.json --targets 0.5 0.67 --out tau.json
 """
 
 from kvzap.pruning.cache import MaskedLayer, PrunedLayer
