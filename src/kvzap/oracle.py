@@ -173,7 +173,7 @@ class _LayerScorer:
             logits = q @ keys[:, None].transpose(-1, -2) * module.scaling  # (H_kv, g, c, T)
             query_pos = key_pos[n_seq - h.shape[0] + rows.start: n_seq - h.shape[0] + rows.stop]  # (c,)
             future = key_pos[None, :] > query_pos[:, None]  # (c, T)
-            attn = logits.masked_fill(future, float("-inf")).softmax(dim=-1)[..., scored]  # (H_kv, g, c, C_k)
+            attn = logits.masked_fill_(future, float("-inf")).softmax(dim=-1)[..., scored]  # (H_kv, g, c, C_k)
             kvzip = torch.maximum(kvzip, attn.amax(dim=2))
             h_norm = h[rows].float().norm(dim=-1)  # (c,)
             plus = torch.maximum(plus, (attn / h_norm[:, None]).amax(dim=2))
