@@ -11,7 +11,9 @@
 # without accounting storage sacct fails and Snakemake waits forever on finished jobs.
 #
 # Environment (optional):
-#   KVZAP_CI_PARTITION=gpu  KVZAP_CI_ACCOUNT=kvzap   mirror the real cluster's names
+#   KVZAP_CI_PARTITION=gpu  KVZAP_CI_ACCOUNT=kvzap   mirror the real cluster's names. Neither is the
+#       default (that is partition `ci-default`, account `ci-default`), so a job that lands in them was
+#       placed there by the profile's partition/account settings, not by cluster defaults.
 #   KVZAP_CI_GPUS=2  KVZAP_CI_CPUS=16  KVZAP_CI_MEM_MB=262144
 #       the node declared to slurmctld (SlurmdParameters=config_overrides); larger than this
 #       machine so the real profile's GPU/thread/memory requests schedule unchanged. GPUs are
@@ -140,7 +142,8 @@ JobAcctGatherType=jobacct_gather/linux
 JobCompType=jobcomp/none
 $gres_conf
 NodeName=$NODE NodeAddr=127.0.0.1 CPUs=$CPUS Boards=1 SocketsPerBoard=1 CoresPerSocket=$CPUS ThreadsPerCore=1 RealMemory=$MEM_MB$gres State=UNKNOWN
-PartitionName=$PARTITION Nodes=$NODE Default=YES MaxTime=INFINITE State=UP
+PartitionName=ci-default Nodes=$NODE Default=YES MaxTime=INFINITE State=UP
+PartitionName=$PARTITION Nodes=$NODE Default=NO MaxTime=INFINITE State=UP
 EOF
   cat >/etc/slurm/slurmdbd.conf <<EOF
 AuthType=auth/munge
@@ -194,8 +197,8 @@ EOF
   await slurmdbd 60 sacctmgr -n list cluster
   # cluster, account and user must exist before slurmctld registers
   sacctmgr -i add cluster "$CLUSTER" >/dev/null
-  sacctmgr -i add account "$ACCOUNT" Cluster="$CLUSTER" Description=ci Organization=ci >/dev/null
-  sacctmgr -i add user root Account="$ACCOUNT" DefaultAccount="$ACCOUNT" >/dev/null
+  sacctmgr -i add account "$ACCOUNT",ci-default Cluster="$CLUSTER" Description=ci Organization=ci >/dev/null
+  sacctmgr -i add user root Account="$ACCOUNT",ci-default DefaultAccount=ci-default >/dev/null
 
   start slurmctld /usr/sbin/slurmctld -D
   await slurmctld 60 bash -c 'scontrol ping | grep -q "is UP"'
@@ -209,7 +212,7 @@ EOF
 smoke() { # one sbatch job must finish and be visible to sacct (what the Snakemake plugin polls)
   local jid deadline=$((SECONDS + 60)) gpu=()
   ((GPUS == 0)) || gpu=(--gpus=1)
-  jid=$(sbatch --parsable -A "$ACCOUNT" -t 1 -o /dev/null "${gpu[@]}" --wrap true)
+  jid=$(sbatch --parsable -A "$ACCOUNT" -p "$PARTITION" -t 1 -o /dev/null "${gpu[@]}" --wrap true)
   until sacct -X -n -P -j "$jid" -o State 2>/dev/null | grep -qx COMPLETED; do
     ((SECONDS < deadline)) || die "smoke job $jid not COMPLETED in sacct after 60 s"
     sleep 0.5

@@ -63,7 +63,9 @@ log "jobs: total=$total submitted=$submitted local=$localrules completed_in_sacc
 ((submitted >= 1)) || fail "no job was submitted to SLURM"
 ((submitted + localrules == total)) || fail "$((total - submitted - localrules)) job(s) bypassed sbatch"
 ((completed == submitted)) || fail "sacct shows $completed of $submitted jobs COMPLETED"
+# the CI cluster's defaults are other names: these prove the profile placed the jobs
 cut -d'|' -f3 "$scratch/sacct.txt" | grep -qvx "$KVZAP_SLURM_PARTITION" && fail "a job ran outside partition $KVZAP_SLURM_PARTITION"
+cut -d'|' -f4 "$scratch/sacct.txt" | grep -qvx "$KVZAP_SLURM_ACCOUNT" && fail "a job ran outside account $KVZAP_SLURM_ACCOUNT"
 
 # Same outputs: the same file list, identical contents. Only clock readings may differ: the `seconds`
 # columns of CSVs and a PDF's /CreationDate; everything else, weights and shards included, byte for byte.
