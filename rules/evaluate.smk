@@ -36,6 +36,7 @@ rule evaluate_cell:
         "logs/evaluate/{model}/{bench}/{subset}/{method}/{value}.log",
     threads: model_resource("evaluate", "cpus", 1)
     resources:
+        **slurm_placement(),
         gpu=model_resource("evaluate", "gpu", 0),
         mem_mb=model_resource("evaluate", "mem_mb", 16000),
         runtime=model_resource("evaluate", "runtime", 120),

@@ -13,6 +13,7 @@ rule oracle_data:
         "logs/oracle/{model}.log",
     threads: model_resource("oracle", "cpus", 1)
     resources:
+        **slurm_placement(),
         gpu=model_resource("oracle", "gpu", 0),
         mem_mb=model_resource("oracle", "mem_mb", 16000),
         runtime=model_resource("oracle", "runtime", 120),

@@ -8,6 +8,7 @@ rule prepare_model:
     log:
         "logs/prepare/{model}.log",
     resources:
+        **slurm_placement(),
         gpu=0,
         mem_mb=model_resource("prepare", "mem_mb", 8000),
         runtime=model_resource("prepare", "runtime", 60),

@@ -19,6 +19,7 @@ rule aggregate:
     log:
         "logs/aggregate.log",
     resources:
+        **slurm_placement(),
         gpu=0,
         mem_mb=4000,
         runtime=30,
@@ -51,6 +52,7 @@ rule figure:
     log:
         "logs/figures/{name}.log",
     resources:
+        **slurm_placement(),
         gpu=0,
         mem_mb=4000,
         runtime=30,

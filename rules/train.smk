@@ -17,6 +17,7 @@ rule train_surrogate:
         "logs/train/{model}-{kind}.log",
     threads: model_resource("train", "cpus", 1)
     resources:
+        **slurm_placement(),
         gpu=model_resource("train", "gpu", 0),
         mem_mb=model_resource("train", "mem_mb", 16000),
         runtime=model_resource("train", "runtime", 60),

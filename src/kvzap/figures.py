@@ -40,7 +40,8 @@ def _save(fig, out: Path) -> None:
     fig.tight_layout()
     for suffix in (".png", ".pdf"):
         with atomic_path(out.with_suffix(suffix)) as tmp:
-            fig.savefig(tmp, format=suffix[1:], dpi=150)
+            # no creation date in the PDF: reruns and cluster runs give identical files
+            fig.savefig(tmp, format=suffix[1:], dpi=150, metadata={"CreationDate": None} if suffix == ".pdf" else None)
     plt.close(fig)
 
 

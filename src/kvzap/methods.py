@@ -41,7 +41,8 @@ def _kvzap_threshold(kind: str) -> Callable:
 
 
 def _kvzap_topk(press_cls, kind: str) -> Callable:
-    return lambda ratio, surrogates, decoding: press_cls(str(surrogates[kind]), ratio=ratio)
+    # window=0: kvpress's kvzap_mlp_head / kvzap_mlp_layer (the paper's Fig. 5 ablation) protect no window
+    return lambda ratio, surrogates, decoding: press_cls(str(surrogates[kind]), ratio=ratio, window=0)
 
 
 REGISTRY: dict[str, Method] = {
