@@ -110,3 +110,29 @@ def test_mlp_learns_and_resumes_identically(tmp_path, monkeypatch):
     assert [h["epoch"] for h in resumed_history] == [1, 2, 3, 4]
     for a, b in zip(full.state_dict().values(), resumed.state_dict().values()):
         torch.testing.assert_close(a, b)
+
+
+def test_truncated_training_checkpoint_named(tmp_path):
+    _synthetic_split(tmp_path / "train")
+    kwargs = dict(epochs=1, lr=5e-3, batch_size=64, hidden_dim=8, device=torch.device("cpu"))
+    train.fit_mlp(tmp_path / "train", tmp_path / "out", **kwargs)
+    checkpoint = tmp_path / "out" / "checkpoint.safetensors"
+    checkpoint.write_bytes(checkpoint.read_bytes()[:64])
+    with pytest.raises(ValueError, match="checkpoint.safetensors"):
+        train.fit_mlp(tmp_path / "train", tmp_path / "out", **{**kwargs, "epochs": 2})
+
+
+def test_nemotron_selection_follows_the_paper(monkeypatch):
+    """Per subset: token length strictly inside (min, max); the first n_test kept are held out, the next n_train train."""
+    from kvzap import corpus
+
+    texts = {s: [f"{s} " + "word " * n for n in (5, 20, 30, 12, 40, 25, 10)] for s in corpus.NEMOTRON_SUBSETS}
+    monkeypatch.setattr(corpus, "_hub_texts", lambda subset: iter(texts[subset]))
+    tok = tiny_tokenizer()
+    count = lambda t: len(tok.encode(t))  # noqa: E731
+    split = corpus.select(corpus.NEMOTRON, tok, min_tokens=count(texts["Nemotron-SFT-Code"][3]) - 1,
+                          max_tokens=count(texts["Nemotron-SFT-Code"][4]), n_test=1, n_train=2)
+    assert len(split["test"]) == 9 and len(split["train"]) == 18
+    code = [p.text for p in split["test"] + split["train"] if p.subset == "Nemotron-SFT-Code"]
+    kept = [t for t in texts["Nemotron-SFT-Code"] if count(texts["Nemotron-SFT-Code"][3]) - 1 < count(t) < count(texts["Nemotron-SFT-Code"][4])]
+    assert code == kept[:3]
