@@ -16,6 +16,7 @@ rule aggregate:
         surrogates=f"{RESULTS}/tables/surrogates.csv",
         best=f"{RESULTS}/tables/best.csv",
         markdown=f"{RESULTS}/tables/results.md",
+        provenance=f"{RESULTS}/tables/provenance.json",
     log:
         "logs/aggregate.log",
     resources:

@@ -53,6 +53,8 @@ def test_cells_tables_and_figures(tiny_setup, tmp_path):
     results = aggregate.aggregate(paths, [], tmp_path / "tables")
     assert len(results) == 4 and "task:vt" in results
     assert (tmp_path / "tables" / "results.md").read_text().startswith("## results")
+    provenance = json.loads((tmp_path / "tables" / "provenance.json").read_text())
+    assert len(provenance["params"]["sources"]) == 4 and provenance["git_commit"]
     figures.tradeoff(results, {"benchmark": "ruler-256"}, tmp_path / "fig.png")
     figures.per_task(results, {"benchmark": "ruler-256"}, tmp_path / "task.png")
     assert (tmp_path / "fig.png").stat().st_size > 1000 and (tmp_path / "task.pdf").exists()

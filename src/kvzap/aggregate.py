@@ -5,6 +5,7 @@ surrogates.csv Table 1: mean R^2 per model and surrogate kind
 best.csv       Table 2: per model, the KVzap configuration with the highest mean compression ratio whose score
                stays within `tolerance` points of the full cache on every benchmark
 results.md     all three as Markdown tables
+provenance.json  the code version and the provenance hash of every cell and surrogate aggregated
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from kvzap.io import atomic_path, atomic_write_text
+from kvzap.io import atomic_path, atomic_write_json, atomic_write_text
+from kvzap.provenance import stamp
 
 SCORE_KEYS = ("average", "average_without_trec", "pass@1", "pass@4")
 KVZAP_METHODS = ("kvzap_linear", "kvzap_mlp")
@@ -78,6 +80,9 @@ def aggregate(cell_files: list[Path], surrogate_files: list[Path], out: Path) ->
             table.to_csv(tmp, index=False)
         sections.append(f"## {name}\n\n{table.to_markdown(index=False, floatfmt='.3g') if len(table) else '(empty)'}\n")
     atomic_write_text(out / "results.md", "\n".join(sections))
+    sources = {str(p): json.loads(p.read_text())["provenance"]["params_hash"] for p in cell_files}
+    sources.update({str(p): json.loads(p.read_text())["params_hash"] for p in surrogate_files})
+    atomic_write_json(out / "provenance.json", stamp({"sources": sources}))
     return results
 
 

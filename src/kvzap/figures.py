@@ -22,7 +22,9 @@ import pandas as pd  # noqa: E402
 import torch  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
 
+import kvzap  # noqa: E402
 from kvzap.io import atomic_path  # noqa: E402
+from kvzap.provenance import git_commit  # noqa: E402
 
 LABELS = {
     "full": "Full cache", "kvzap_linear": "KVzap-Linear", "kvzap_mlp": "KVzap-MLP", "kvzip": "KVzip",
@@ -38,10 +40,12 @@ def _label(method: str) -> str:
 
 def _save(fig, out: Path) -> None:
     fig.tight_layout()
+    origin = f"kvzap {kvzap.__version__}, commit {git_commit()}"
+    # Provenance in the file's metadata; no creation date, so reruns and cluster runs give identical files.
+    metadata = {".png": {"Software": origin}, ".pdf": {"Creator": origin, "CreationDate": None}}
     for suffix in (".png", ".pdf"):
         with atomic_path(out.with_suffix(suffix)) as tmp:
-            # no creation date in the PDF: reruns and cluster runs give identical files
-            fig.savefig(tmp, format=suffix[1:], dpi=150, metadata={"CreationDate": None} if suffix == ".pdf" else None)
+            fig.savefig(tmp, format=suffix[1:], dpi=150, metadata=metadata[suffix])
     plt.close(fig)
 
 
