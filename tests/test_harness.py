@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from kvzap import aggregate, evaluate, figures, methods
+from kvzap import aggregate, evaluate, figures, merge, methods
 from kvzap.surrogate import Surrogate
 from tiny_models import tiny_model, tiny_tokenizer
 
@@ -28,11 +28,28 @@ def tiny_setup(tmp_path_factory):
     return root
 
 
-def _cell(root, out, method, value=None, subset="256"):
+def _cell(root, out, method, value=None, subset="256", shard=(0, 1)):
     argv = ["--model", str(root / "model.json"), "--benchmark", "ruler", "--subset", subset, "--tasks",
             "niah_single_2", "vt", "--n-samples", "2", "--max-new-tokens", "4", "--method", method,
-            "--surrogate-linear", str(root / "linear"), "--out", str(out)]
+            "--surrogate-linear", str(root / "linear"), "--shard", str(shard[0]), "--n-shards", str(shard[1]),
+            "--out", str(out)]
     return evaluate.evaluate(evaluate.parse_args(argv + (["--value", str(value)] if value is not None else [])))
+
+
+def test_sharded_cell_merges_to_the_unsharded_one(tiny_setup, tmp_path):
+    _cell(tiny_setup, tmp_path / "whole", "kvzap_linear", 0.0)
+    whole = merge.merge([tmp_path / "whole"], tmp_path / "single")
+    parts = [tmp_path / f"part{k}" for k in range(3)]
+    for k, part in enumerate(parts):
+        assert _cell(tiny_setup, part, "kvzap_linear", 0.0, shard=(k, 3))["n_samples"] in (1, 2)
+    merged = merge.merge(parts, tmp_path / "merged")
+    for key in ("per_task", "average", "compression_ratio", "n_samples"):
+        assert merged[key] == pytest.approx(whole[key])
+    columns = ["sample_id", "prediction", "compression_ratio", "answers"]
+    frame = lambda d: pd.read_csv(d / "predictions.csv", keep_default_na=False).sort_values("sample_id")[columns]  # noqa: E731
+    pd.testing.assert_frame_equal(frame(tmp_path / "merged").reset_index(drop=True), frame(tmp_path / "single").reset_index(drop=True))
+    with pytest.raises(ValueError, match="incomplete"):
+        merge.merge(parts[:2], tmp_path / "broken")
 
 
 def test_cells_tables_and_figures(tiny_setup, tmp_path):

@@ -9,7 +9,6 @@ decoding, several rollouts per problem.
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 from pathlib import Path
 
@@ -19,16 +18,10 @@ from tqdm import tqdm
 from transformers import pipeline
 
 from kvzap import methods, models
-from kvzap.io import atomic_path, atomic_write_json
+from kvzap.benchmarks import BENCHMARKS, benchmark_module
+from kvzap.io import atomic_write_json
+from kvzap.predictions import write_predictions
 from kvzap.provenance import stamp
-
-BENCHMARKS = {"ruler": "kvzap.benchmarks.ruler", "longbench": "kvzap.benchmarks.longbench", "aime25": "kvzap.benchmarks.aime"}
-
-
-def benchmark_module(name: str):
-    if name not in BENCHMARKS:
-        raise ValueError(f"Unknown benchmark {name!r}; known benchmarks: {', '.join(BENCHMARKS)}.")
-    return importlib.import_module(BENCHMARKS[name])
 
 
 def _n_tokens(tokenizer, text: str) -> int:
@@ -98,6 +91,7 @@ def evaluate(args) -> dict:
     torch.manual_seed(args.seed)
     options = {"tasks": args.tasks} if args.tasks else {}
     rows = bench.load(args.source, args.subset, tokenizer, args.n_samples, args.seed, **options)
+    rows = rows.iloc[args.shard::args.n_shards].reset_index(drop=True)  # this job's share of a long cell
     if args.max_new_tokens:
         rows["max_new_tokens"] = rows["max_new_tokens"].clip(upper=args.max_new_tokens)
     check_lengths(rows, tokenizer, model.config.max_position_embeddings)
@@ -114,11 +108,10 @@ def evaluate(args) -> dict:
         "compression_ratio": float(predictions["compression_ratio"].mean()),
         "n_samples": int(rows.shape[0]),
         "benchmark": args.benchmark, "subset": args.subset, "method": args.method, "value": args.value,
+        "shard": args.shard, "n_shards": args.n_shards,
         "provenance": stamp(vars(args) | {"model": str(args.model)}, models.read_record(args.model), args.seed),
     })
-    predictions["answers"] = predictions["answers"].apply(json.dumps)
-    with atomic_path(args.out / "predictions.csv") as tmp:
-        predictions.to_csv(tmp, index=False)
+    metrics["json_columns"] = write_predictions(predictions, args.out / "predictions.csv")
     atomic_write_json(args.out / "metrics.json", metrics)
     return metrics
 
@@ -139,7 +132,9 @@ def parse_args(argv=None):
     parser.add_argument("--rollouts", type=int, default=None, help="sampling benchmarks: rollouts per problem")
     parser.add_argument("--dtype", default="auto")
     parser.add_argument("--seed", type=int, default=42)
-    parser.add_argument("--out", type=Path, required=True, help="cell folder")
+    parser.add_argument("--shard", type=int, default=0, help="this job evaluates rows shard, shard + n, ...")
+    parser.add_argument("--n-shards", type=int, default=1)
+    parser.add_argument("--out", type=Path, required=True, help="cell (or shard) folder")
     return parser.parse_args(argv)
 
 
