@@ -26,16 +26,21 @@ import kvzap  # noqa: E402
 from kvzap.io import atomic_path  # noqa: E402
 from kvzap.provenance import git_commit  # noqa: E402
 
-LABELS = {
-    "full": "Full cache", "kvzap_linear": "KVzap-Linear", "kvzap_mlp": "KVzap-MLP", "kvzip": "KVzip",
-    "kvzip_plus": "KVzip+", "expected_attention": "Expected Attention", "kvzap_mlp_head": "Top-k per head",
-    "kvzap_mlp_layer": "Top-k per layer",
+LABELS = {  # legend names, as the paper and the kvpress leaderboard write them
+    "full": "Full cache", "kvzap_linear": "KVzap-Linear", "kvzap_mlp": "KVzap-MLP",
+    "kvzap_mlp_head": "KVzap-MLP top-k per head", "kvzap_mlp_layer": "KVzap-MLP top-k per layer", "kvzip": "KVzip",
+    "kvzip_plus": "KVzip+", "random": "Random", "knorm": "Knorm",
+    "snapkv": "SnapKV", "expected_attention": "Expected Attention", "streaming_llm": "StreamingLLM",
+    "tova": "TOVA", "observed_attention": "Observed Attention", "qfilter": "Q-Filters",
+    "pyramidkv": "PyramidKV", "lagkv": "LagKV", "keydiff": "KeyDiff",
+    "adakv_compactor": "AdaKV-Compactor", "cur": "CUR", "duo_attention": "DuoAttention",
 }
+MARKERS = "osD^vP*Xh<>p"
 STYLE = {"kvzap_mlp": dict(color="#76b900", lw=2.2), "kvzap_linear": dict(color="#1f6f3f", lw=2.2)}
 
 
 def _label(method: str) -> str:
-    return LABELS.get(method, method.replace("_", " ").title())
+    return LABELS.get(method, method)
 
 
 def _save(fig, out: Path) -> None:
@@ -51,14 +56,14 @@ def _save(fig, out: Path) -> None:
 
 def _curves(ax, cells: pd.DataFrame, metric: str, methods: list[str] | None, linestyle: str = "-", legend=True):
     """One line per method (sorted by compression ratio); the full cache as a dashed horizontal line."""
-    for method, group in cells.groupby("method", sort=False):
+    for i, (method, group) in enumerate(cells.groupby("method", sort=False)):
         if methods and method not in methods or metric not in group or group[metric].isna().all():
             continue
         if method == "full":
             ax.axhline(group[metric].mean(), color="black", ls="--", lw=1, label=_label(method) if legend else None)
             continue
         group = group.sort_values("compression_ratio")
-        ax.plot(group["compression_ratio"], group[metric], marker="o", ms=3, ls=linestyle,
+        ax.plot(group["compression_ratio"], group[metric], marker=MARKERS[i % len(MARKERS)], ms=4, ls=linestyle,
                 label=_label(method) if legend else None, **STYLE.get(method, {}))
     ax.set_xlabel("Compression ratio")
     ax.grid(alpha=0.3)

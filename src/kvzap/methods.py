@@ -22,7 +22,6 @@ class Method:
     surrogate: str | None = None  # which trained surrogate the method needs
     attn_implementation: str | None = None  # forced attention implementation (None: the model's default)
     needs_hub: bool = False  # downloads extra weights at run time (unavailable offline)
-    label: str = ""
 
 
 def _ratio_press(factory: Callable) -> Callable:
@@ -46,33 +45,30 @@ def _kvzap_topk(press_cls, kind: str) -> Callable:
 
 
 REGISTRY: dict[str, Method] = {
-    "full": Method("none", lambda value, surrogates, decoding: None, label="Full cache"),
-    "kvzap_linear": Method("threshold", _kvzap_threshold("linear"), "linear", label="KVzap-Linear"),
-    "kvzap_mlp": Method("threshold", _kvzap_threshold("mlp"), "mlp", label="KVzap-MLP"),
-    "kvzap_mlp_head": Method("ratio", _kvzap_topk(TopKPerHeadPress, "mlp"), "mlp", label="KVzap-MLP top-k per head"),
-    "kvzap_mlp_layer": Method("ratio", _kvzap_topk(TopKPerLayerPress, "mlp"), "mlp", label="KVzap-MLP top-k per layer"),
-    "kvzip": Method("ratio", _ratio_press(kvpress.KVzipPress), label="KVzip"),
-    "kvzip_plus": Method("ratio", _ratio_press(lambda: kvpress.KVzipPress(kvzip_plus_normalization=True)), label="KVzip+"),
-    "random": Method("ratio", _ratio_press(lambda: kvpress.RandomPress(seed=42)), label="Random"),
-    "knorm": Method("ratio", _ratio_press(kvpress.KnormPress), label="Knorm"),
-    "snapkv": Method("ratio", _ratio_press(kvpress.SnapKVPress), label="SnapKV"),
+    "full": Method("none", lambda value, surrogates, decoding: None),
+    "kvzap_linear": Method("threshold", _kvzap_threshold("linear"), "linear"),
+    "kvzap_mlp": Method("threshold", _kvzap_threshold("mlp"), "mlp"),
+    "kvzap_mlp_head": Method("ratio", _kvzap_topk(TopKPerHeadPress, "mlp"), "mlp"),
+    "kvzap_mlp_layer": Method("ratio", _kvzap_topk(TopKPerLayerPress, "mlp"), "mlp"),
+    "kvzip": Method("ratio", _ratio_press(kvpress.KVzipPress)),
+    "kvzip_plus": Method("ratio", _ratio_press(lambda: kvpress.KVzipPress(kvzip_plus_normalization=True))),
+    "random": Method("ratio", _ratio_press(lambda: kvpress.RandomPress(seed=42))),
+    "knorm": Method("ratio", _ratio_press(kvpress.KnormPress)),
+    "snapkv": Method("ratio", _ratio_press(kvpress.SnapKVPress)),
     "expected_attention": Method(
-        "ratio", _ratio_press(lambda: kvpress.AdaKVPress(kvpress.ExpectedAttentionPress(epsilon=1e-2))),
-        label="Expected Attention"),
-    "streaming_llm": Method("ratio", _ratio_press(kvpress.StreamingLLMPress), label="StreamingLLM"),
-    "tova": Method("ratio", _ratio_press(kvpress.TOVAPress), label="TOVA"),
-    "observed_attention": Method("ratio", _ratio_press(kvpress.ObservedAttentionPress), attn_implementation="eager",
-                                 label="Observed Attention"),
-    "qfilter": Method("ratio", _ratio_press(kvpress.QFilterPress), needs_hub=True, label="Q-Filters"),
-    "pyramidkv": Method("ratio", _ratio_press(kvpress.PyramidKVPress), label="PyramidKV"),
-    "lagkv": Method("ratio", _ratio_press(kvpress.LagKVPress), label="LagKV"),
-    "keydiff": Method("ratio", _ratio_press(kvpress.KeyDiffPress), label="KeyDiff"),
-    "adakv_compactor": Method("ratio", _ratio_press(lambda: kvpress.AdaKVPress(kvpress.CompactorPress())),
-                              label="AdaKV-Compactor"),
-    "cur": Method("ratio", _ratio_press(kvpress.CURPress), label="CUR"),
+        "ratio", _ratio_press(lambda: kvpress.AdaKVPress(kvpress.ExpectedAttentionPress(epsilon=1e-2)))),
+    "streaming_llm": Method("ratio", _ratio_press(kvpress.StreamingLLMPress)),
+    "tova": Method("ratio", _ratio_press(kvpress.TOVAPress)),
+    "observed_attention": Method("ratio", _ratio_press(kvpress.ObservedAttentionPress), attn_implementation="eager"),
+    "qfilter": Method("ratio", _ratio_press(kvpress.QFilterPress), needs_hub=True),
+    "pyramidkv": Method("ratio", _ratio_press(kvpress.PyramidKVPress)),
+    "lagkv": Method("ratio", _ratio_press(kvpress.LagKVPress)),
+    "keydiff": Method("ratio", _ratio_press(kvpress.KeyDiffPress)),
+    "adakv_compactor": Method("ratio", _ratio_press(lambda: kvpress.AdaKVPress(kvpress.CompactorPress()))),
+    "cur": Method("ratio", _ratio_press(kvpress.CURPress)),
     "duo_attention": Method(
         "ratio", lambda ratio, surrogates, decoding: kvpress.DuoAttentionPress(head_compression_ratio=ratio),
-        needs_hub=True, label="DuoAttention"),
+        needs_hub=True),
 }
 
 
