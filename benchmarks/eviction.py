@@ -23,7 +23,7 @@ from transformers import DynamicCache
 from transformers.utils import logging
 
 from kvzap.io import atomic_write_json
-from kvzap.models import load, prepare
+from kvzap.models import ensure_prepared, load
 from kvzap.pruning import KVzapPress, SurrogateScorerPress
 from kvzap.pruning.calibration import collect_scores, threshold_for
 from kvzap.surrogate import Surrogate
@@ -88,13 +88,11 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     logging.disable_progress_bar()
 
-    if not args.model_json.exists():
-        print(f"preparing {DEFAULT_MODEL} into {args.model_json.parent}", flush=True)
-        prepare(DEFAULT_MODEL, args.model_json.parent)
+    ensure_prepared(args.model_json, DEFAULT_MODEL)
     # One copy per method: kvpress masking keeps state on the attention modules, ours selects its attention.
-    models = {name: load(args.model_json, dtype="float32", device_map="cpu")[0]
-              for name in ("full", "masking", "eviction")}
-    model, tokenizer = models["eviction"], load(args.model_json, dtype="float32", device_map="cpu")[1]
+    loaded = {name: load(args.model_json, dtype="float32", device_map="cpu") for name in ("full", "masking", "eviction")}
+    models = {name: model for name, (model, _) in loaded.items()}
+    model, tokenizer = loaded["eviction"]
     if args.surrogate:
         surrogate = Surrogate.from_pretrained(args.surrogate)
     else:

@@ -36,7 +36,7 @@ from transformers.utils import logging
 
 from kvzap.assets import paul_graham_essays
 from kvzap.io import atomic_write_json
-from kvzap.models import load, prepare
+from kvzap.models import ensure_prepared, load
 from kvzap.oracle import RepeatPrompt, attention_modules, build_repeat_prompt, oracle_scores
 
 SMALL_MODEL = "offline/SmolLM2-135M-Instruct"
@@ -177,8 +177,7 @@ def main() -> None:
         return worker(args)
     if args.out is None:
         parser.error("--out is required")
-    if not args.model_json.exists():
-        prepare(SMALL_MODEL, args.model_json.parent)
+    ensure_prepared(args.model_json, SMALL_MODEL)
 
     methods = [m for m in METHODS if not (args.no_kvpress and m == "kvpress")]
     records = []

@@ -19,7 +19,7 @@ import torch
 from transformers.utils import logging
 
 from kvzap.io import atomic_write_json
-from kvzap.models import load, prepare
+from kvzap.models import ensure_prepared, load
 from kvzap.surrogate import Surrogate
 
 # (hidden_size, num_attention_heads, num_key_value_heads, head_dim, intermediate_size) from each config.json.
@@ -73,8 +73,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     logging.disable_progress_bar()
 
-    if not args.model_json.exists():
-        prepare(SMALL_MODEL, args.model_json.parent)
+    ensure_prepared(args.model_json, SMALL_MODEL)
     model, _ = load(args.model_json, dtype="float32", device_map="cpu")
     c = model.config
     small = (c.hidden_size, c.num_attention_heads, c.num_key_value_heads, c.head_dim, c.intermediate_size)

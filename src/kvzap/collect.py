@@ -3,7 +3,7 @@
 Layout of `out_dir` (one folder per split):
     settings.json                  what the shards were made with; a mismatch restarts from scratch
     shard-00000.safetensors        h (N, L, D) in the model's dtype, y (N, L, H) float32,
-    ...                            prompt (N,) int64 = prompt index in the split; metadata: first/last prompt
+    ...                            prompt (N,) int64 = prompt index in the split; header metadata: record = {n, last_prompt}
     manifest.json                  written last: settings, dims, per-shard counts; its presence = complete
 RAM holds at most one shard; a killed run resumes after the last complete shard (shards are written
 atomically). Token sampling is seeded per prompt, so reruns and resumes sample the same tokens.
@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorError
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
@@ -43,14 +43,21 @@ def read_shard(path: Path) -> dict[str, torch.Tensor]:
     return shard
 
 
+def _shard_record(path: Path) -> dict:
+    """A complete shard's manifest entry, from its header alone (resuming never reads the tensors)."""
+    try:
+        with safe_open(str(path), framework="pt") as shard:
+            record = json.loads((shard.metadata() or {})["record"])
+        return {"file": path.name, "n": int(record["n"]), "last_prompt": int(record["last_prompt"])}
+    except (SafetensorError, OSError, KeyError, ValueError) as err:
+        raise ValueError(f"Corrupt or truncated oracle shard {path}: {err!r}. Delete it and rerun the collection.") from err
+
+
 def _resume_point(out_dir: Path, settings: dict) -> tuple[int, list[dict]]:
     """Prompts already covered by complete shards; stale shards from other settings are removed."""
     settings_file = out_dir / "settings.json"
     if settings_file.exists() and json.loads(settings_file.read_text()) == settings:
-        records = []
-        for path in sorted(out_dir.glob(SHARD_GLOB)):
-            shard = read_shard(path)
-            records.append({"file": path.name, "n": len(shard["y"]), "last_prompt": int(shard["prompt"].max())})
+        records = [_shard_record(path) for path in sorted(out_dir.glob(SHARD_GLOB))]
         return (records[-1]["last_prompt"] + 1 if records else 0), records
     for path in out_dir.glob(SHARD_GLOB):
         path.unlink()
@@ -70,9 +77,11 @@ def collect_split(model, tokenizer, prompts: list[corpus.Prompt], out_dir: Path,
             return
         path = out_dir / f"shard-{len(shards):05d}.safetensors"
         tensors = {k: torch.cat(v).contiguous() for k, v in buffer.items()}
+        record = {"file": path.name, "n": len(tensors["y"]), "last_prompt": int(tensors["prompt"].max())}
         with atomic_path(path) as tmp:
-            save_file(tensors, str(tmp))
-        shards.append({"file": path.name, "n": len(tensors["y"]), "last_prompt": int(tensors["prompt"].max())})
+            # one metadata key: safetensors writes several in random order, and shards must be reproducible
+            save_file(tensors, str(tmp), metadata={"record": json.dumps({k: record[k] for k in ("n", "last_prompt")})})
+        shards.append(record)
         for v in buffer.values():
             v.clear()
 

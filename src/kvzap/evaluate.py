@@ -29,9 +29,9 @@ def _n_tokens(tokenizer, text: str) -> int:
 
 
 def check_lengths(rows: pd.DataFrame, tokenizer, max_positions: int) -> None:
-    """Refuse, before any compute, samples that do not fit the model's context window."""
+    """Refuse, before any compute, samples that do not fit the model's context window (rows need context_tokens)."""
     for row in rows.itertuples():
-        need = _n_tokens(tokenizer, row.context) + _n_tokens(tokenizer, row.question + row.answer_prefix) + 64 + row.max_new_tokens
+        need = row.context_tokens + _n_tokens(tokenizer, row.question + row.answer_prefix) + 64 + row.max_new_tokens
         if need > max_positions:
             raise SystemExit(
                 f"Sample {row.sample_id} needs ~{need} positions (context + question + template + {row.max_new_tokens} "
@@ -50,8 +50,7 @@ def run_greedy(model, tokenizer, rows: pd.DataFrame, press) -> pd.DataFrame:
     for row in tqdm(list(rows.itertuples()), desc="samples"):
         answer = pipe(row.context, question=row.question, answer_prefix=row.answer_prefix, press=press,
                       max_new_tokens=int(row.max_new_tokens))["answer"]
-        out.append({"sample_id": row.sample_id, "prediction": answer, "compression_ratio": _compression_ratio(press),
-                    "context_tokens": _n_tokens(tokenizer, row.context)})
+        out.append({"sample_id": row.sample_id, "prediction": answer, "compression_ratio": _compression_ratio(press)})
     return pd.DataFrame(out)
 
 
@@ -72,7 +71,7 @@ def run_sampling(model, tokenizer, rows: pd.DataFrame, press, generation: dict, 
                     generated = model.generate(ids.to(model.device), max_new_tokens=int(row.max_new_tokens), **sampling)
             text = tokenizer.decode(generated[0, ids.shape[1]:], skip_special_tokens=True)
             out.append({"sample_id": row.sample_id, "rollout": rollout, "prediction": text,
-                        "compression_ratio": _compression_ratio(press), "context_tokens": ids.shape[1]})
+                        "compression_ratio": _compression_ratio(press), "prompt_tokens": ids.shape[1]})
     return pd.DataFrame(out)
 
 
@@ -94,6 +93,7 @@ def evaluate(args) -> dict:
     rows = rows.iloc[args.shard::args.n_shards].reset_index(drop=True)  # this job's share of a long cell
     if args.max_new_tokens:
         rows["max_new_tokens"] = rows["max_new_tokens"].clip(upper=args.max_new_tokens)
+    rows["context_tokens"] = [_n_tokens(tokenizer, context) for context in rows["context"]]
     check_lengths(rows, tokenizer, model.config.max_position_embeddings)
     decoding = bool(generation and generation.get("decoding_compression"))
     press = methods.build(args.method, args.value, surrogates, decoding=decoding)

@@ -56,6 +56,14 @@ def prepare(model_id: str, out_dir: Path, revision: str | None = None) -> dict:
     return record
 
 
+def ensure_prepared(model_json: Path, model_id: str) -> Path:
+    """`model_json`, preparing `model_id` into its folder first if needed (benchmarks run outside the DAG)."""
+    if not model_json.exists():
+        print(f"preparing {model_id} into {model_json.parent}", flush=True)
+        prepare(model_id, model_json.parent)
+    return model_json
+
+
 def read_record(model_json: Path) -> dict:
     try:
         return json.loads(Path(model_json).read_text())
