@@ -1,63 +1,57 @@
+# One job per (model, benchmark entry, method, value, shard), covering every subset of the entry: the model is
+# loaded once for all 21 LongBench subsets, not 21 times. Its outputs are the per-subset shard folders; one local
+# merge per (model, entry, method, value) joins and scores each subset's shards into its cell.
+
+
 def evaluate_inputs(wc):
     inputs = {"model": f"{RESULTS}/{wc.model}/model.json"}
-    if wc.method in SURROGATE_OF:
-        inputs["surrogate"] = f"{surrogate_dir(wc.model, SURROGATE_OF[wc.method])}/model.safetensors"
+    surrogate = registry.METHODS[wc.method].surrogate
+    if surrogate:
+        inputs["surrogate"] = f"{surrogate_dir(wc.model, surrogate)}/model.safetensors"
     return inputs
 
 
-def evaluate_args(wc):
-    """CLI flags of one cell shard, from its wildcards and its benchmark entry."""
-    bench = config["evaluation"]["benchmarks"][wc.bench]
-    args = [f"--benchmark {bench['benchmark']}", f"--source {bench['source']}", f"--subset {wc.subset}",
-            f"--method {wc.method}", f"--dtype {config['models'][wc.model]['dtype']}", f"--seed {config['seed']}",
-            f"--shard {wc.shard} --n-shards {wc.n_shards}"]
-    if wc.value != "none":
-        args.append(f"--value {wc.value}")
-    if wc.method in SURROGATE_OF:
-        args.append(f"--surrogate-{SURROGATE_OF[wc.method]} {surrogate_dir(wc.model, SURROGATE_OF[wc.method])}")
-    if bench.get("tasks"):
-        args.append("--tasks " + " ".join(bench["tasks"]))
-    for key in ("n_samples", "max_new_tokens", "rollouts"):
-        if bench.get(key):
-            args.append(f"--{key.replace('_', '-')} {bench[key]}")
-    return " ".join(args)
+def cell_files(bench, name, shard="{shard}", n_shards=None):
+    """Per-subset files of one job (wildcards model, method, value left open), shard folders or the cells."""
+    spec = config["evaluation"]["benchmarks"][bench]
+    folder = "" if n_shards is None else f"/shards/{shard}-of-{n_shards}"
+    return [f"{RESULTS}/{{model}}/eval/{bench}/{subset}/{{method}}/{{value}}{folder}/{name}" for subset in spec["subsets"]]
 
 
-CELL = "{model}/eval/{bench}/{subset}/{method}/{value}"
+for BENCH, SPEC in config["evaluation"]["benchmarks"].items():
+    RULE_ID = BENCH.replace("-", "_").replace(".", "_")
 
+    rule:
+        name:
+            f"evaluate_{RULE_ID}"
+        input:
+            unpack(evaluate_inputs),
+        output:
+            cell_files(BENCH, "metrics.json", n_shards=SPEC["shards"]) + cell_files(BENCH, "predictions.csv", n_shards=SPEC["shards"]),
+        params:
+            args=lambda wc, bench=BENCH, n=SPEC["shards"]: plan.evaluate_args(config, wc.model, bench, wc.method, wc.value, int(wc.shard), n),
+        log:
+            f"{LOGS}/evaluate/{{model}}/{BENCH}/{{method}}/{{value}}/{{shard}}-of-{SPEC['shards']}.log",
+        threads: model_resource("evaluate", "cpus")
+        resources:
+            **slurm_placement(),
+            gpu=model_resource("evaluate", "gpu"),
+            mem_mb=model_resource("evaluate", "mem_mb"),
+            runtime=model_resource("evaluate", "runtime"),
+        shell:
+            "{PYTHON} -m kvzap.evaluate --model {input.model} {params.args} > {log} 2>&1"
 
-rule evaluate_shard:
-    """One shard (rows shard, shard + n, ...) of one (model, benchmark, subset, method, value) cell."""
-    input:
-        unpack(evaluate_inputs),
-    output:
-        metrics=f"{RESULTS}/{CELL}/shards/{{shard}}-of-{{n_shards}}/metrics.json",
-        predictions=f"{RESULTS}/{CELL}/shards/{{shard}}-of-{{n_shards}}/predictions.csv",
-    params:
-        args=evaluate_args,
-        benchmark=lambda wc: config["evaluation"]["benchmarks"][wc.bench],
-    log:
-        f"logs/evaluate/{CELL}/{{shard}}-of-{{n_shards}}.log",
-    threads: model_resource("evaluate", "cpus", 1)
-    resources:
-        **slurm_placement(),
-        gpu=model_resource("evaluate", "gpu", 0),
-        mem_mb=model_resource("evaluate", "mem_mb", 16000),
-        runtime=model_resource("evaluate", "runtime", 120),
-    shell:
-        "{PYTHON} -m kvzap.evaluate --model {input.model} {params.args} "
-        "--out $(dirname {output.metrics}) > {log} 2>&1"
-
-
-rule merge_cell:
-    """A cell's shards joined and scored together: the cell's predictions.csv and metrics.json."""
-    input:
-        lambda wc: cell_shards(wc.model, wc.bench, wc.subset, wc.method, wc.value),
-    output:
-        metrics=f"{RESULTS}/{CELL}/metrics.json",
-        predictions=f"{RESULTS}/{CELL}/predictions.csv",
-    log:
-        f"logs/merge/{CELL}.log",
-    localrule: True
-    shell:
-        "{PYTHON} -m kvzap.merge --parts $(dirname {input}) --out $(dirname {output.metrics}) > {log} 2>&1"
+    rule:
+        name:
+            f"merge_{RULE_ID}"
+        input:
+            lambda wc, bench=BENCH, n=SPEC["shards"]: [f.format(model=wc.model, method=wc.method, value=wc.value) for k in range(n) for f in cell_files(bench, "metrics.json", k, n)],
+        output:
+            cell_files(BENCH, "metrics.json") + cell_files(BENCH, "predictions.csv"),
+        params:
+            args=lambda wc, bench=BENCH: plan.merge_args(config, wc.model, bench, wc.method, wc.value),
+        log:
+            f"{LOGS}/merge/{{model}}/{BENCH}/{{method}}/{{value}}.log",
+        localrule: True
+        shell:
+            "{PYTHON} -m kvzap.merge {params.args} > {log} 2>&1"

@@ -3,15 +3,13 @@ rule prepare_model:
     output:
         f"{RESULTS}/{{model}}/model.json",
     params:
-        model_id=lambda wc: config["models"][wc.model]["id"],
-        revision=lambda wc: config["models"][wc.model].get("revision") or "",
+        args=lambda wc: plan.prepare_args(config, wc.model),
     log:
-        "logs/prepare/{model}.log",
+        f"{LOGS}/prepare/{{model}}.log",
     resources:
         **slurm_placement(),
         gpu=0,
-        mem_mb=model_resource("prepare", "mem_mb", 8000),
-        runtime=model_resource("prepare", "runtime", 60),
+        mem_mb=model_resource("prepare", "mem_mb"),
+        runtime=model_resource("prepare", "runtime"),
     shell:
-        "{PYTHON} -m kvzap.models --model-id {params.model_id:q} --revision='{params.revision}' "
-        "--out {RESULTS}/{wildcards.model} > {log} 2>&1"
+        "{PYTHON} -m kvzap.models {params.args} --out {RESULTS}/{wildcards.model} > {log} 2>&1"

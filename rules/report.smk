@@ -1,5 +1,5 @@
 def all_cell_metrics(wc=None):
-    return [cell_path(*cell) for cell in cells()]
+    return [f"{plan.cell_dir(RESULTS, cell)}/metrics.json" for cell in plan.cells(config)]
 
 
 def surrogate_metrics(wc=None):
@@ -18,7 +18,7 @@ rule aggregate:
         markdown=f"{RESULTS}/tables/results.md",
         provenance=f"{RESULTS}/tables/provenance.json",
     log:
-        "logs/aggregate.log",
+        f"{LOGS}/aggregate.log",
     resources:
         **slurm_placement(),
         gpu=0,
@@ -37,7 +37,7 @@ def figure_inputs(wc):
             for kind in ("linear", "mlp"):
                 inputs += [f"{surrogate_dir(model, kind)}/metrics.json", f"{surrogate_dir(model, kind)}/test_predictions.safetensors"]
     if spec["kind"] == "ratio_distribution":
-        inputs += [cell_path(*c, name="predictions.csv") for c in cells() if c[3] == spec["method"]]
+        inputs += [f"{plan.cell_dir(RESULTS, c)}/predictions.csv" for c in plan.cells(config) if c.method == spec["method"]]
     return inputs
 
 
@@ -48,10 +48,12 @@ rule figure:
     output:
         png=f"{RESULTS}/figures/{{name}}.png",
         pdf=f"{RESULTS}/figures/{{name}}.pdf",
+    wildcard_constraints:
+        name="|".join(map(re.escape, config["figures"])) or "(?!)",
     params:
         spec=lambda wc: json.dumps(config["figures"][wc.name]),
     log:
-        "logs/figures/{name}.log",
+        f"{LOGS}/figures/{{name}}.log",
     resources:
         **slurm_placement(),
         gpu=0,

@@ -8,21 +8,16 @@ rule train_surrogate:
         config=f"{RESULTS}/{{model}}/surrogates/{{kind}}/config.json",
         metrics=f"{RESULTS}/{{model}}/surrogates/{{kind}}/metrics.json",
         predictions=f"{RESULTS}/{{model}}/surrogates/{{kind}}/test_predictions.safetensors",
-    wildcard_constraints:
-        kind="linear|mlp",
     params:
-        training=config["training"],
-        seed=config["seed"],
+        args=lambda wc: plan.train_args(config, wc.kind),  # only this kind's settings: alpha reruns linear alone
     log:
-        "logs/train/{model}-{kind}.log",
-    threads: model_resource("train", "cpus", 1)
+        f"{LOGS}/train/{{model}}-{{kind}}.log",
+    threads: model_resource("train", "cpus")
     resources:
         **slurm_placement(),
-        gpu=model_resource("train", "gpu", 0),
-        mem_mb=model_resource("train", "mem_mb", 16000),
-        runtime=model_resource("train", "runtime", 60),
+        gpu=model_resource("train", "gpu"),
+        mem_mb=model_resource("train", "mem_mb"),
+        runtime=model_resource("train", "runtime"),
     shell:
-        "{PYTHON} -m kvzap.train --kind {wildcards.kind} --data {RESULTS}/{wildcards.model}/oracle "
-        "--alpha {params.training[alpha]} --epochs {params.training[epochs]} --lr {params.training[lr]} "
-        "--batch-size {params.training[batch_size]} --seed {params.seed} "
+        "{PYTHON} -m kvzap.train {params.args} --data {RESULTS}/{wildcards.model}/oracle "
         "--out {RESULTS}/{wildcards.model}/surrogates/{wildcards.kind} > {log} 2>&1"

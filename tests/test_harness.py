@@ -29,11 +29,11 @@ def tiny_setup(tmp_path_factory):
 
 
 def _cell(root, out, method, value=None, subset="256", shard=(0, 1)):
-    argv = ["--model", str(root / "model.json"), "--benchmark", "ruler", "--subset", subset, "--tasks",
+    argv = ["--model", str(root / "model.json"), "--benchmark", "ruler", "--subsets", subset, "--tasks",
             "niah_single_2", "vt", "--n-samples", "2", "--max-new-tokens", "4", "--method", method,
             "--surrogate-linear", str(root / "linear"), "--shard", str(shard[0]), "--n-shards", str(shard[1]),
             "--out", str(out)]
-    return evaluate.evaluate(evaluate.parse_args(argv + (["--value", str(value)] if value is not None else [])))
+    return evaluate.evaluate(evaluate.parse_args(argv + (["--value", str(value)] if value is not None else [])))[0]
 
 
 def test_sharded_cell_merges_to_the_unsharded_one(tiny_setup, tmp_path):
@@ -84,7 +84,7 @@ def test_context_longer_than_model_is_refused(tiny_setup, tmp_path):
 
 
 def test_missing_surrogate_is_named(tiny_setup, tmp_path):
-    argv = ["--model", str(tiny_setup / "model.json"), "--benchmark", "ruler", "--subset", "256", "--method",
+    argv = ["--model", str(tiny_setup / "model.json"), "--benchmark", "ruler", "--subsets", "256", "--method",
             "kvzap_mlp", "--value", "-4", "--out", str(tmp_path)]
     with pytest.raises(SystemExit, match="mlp surrogate"):
         evaluate.evaluate(evaluate.parse_args(argv))

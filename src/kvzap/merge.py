@@ -31,7 +31,7 @@ def merge(parts: list[Path], out: Path) -> dict:
     metrics.update({
         "compression_ratio": float(predictions["compression_ratio"].mean()),
         "n_samples": sum(s["n_samples"] for s in shards),
-        **{k: first[k] for k in ("benchmark", "subset", "method", "value")},
+        **{k: first.get(k) for k in ("model", "bench", "benchmark", "subset", "method", "value")},
         "provenance": {**stamp(params, {"model_id": first["provenance"]["model_id"],
                                         "revision": first["provenance"]["model_revision"]}, first["provenance"]["seed"]),
                        "shards": [s["provenance"]["params_hash"] for s in shards]},
@@ -43,11 +43,12 @@ def merge(parts: list[Path], out: Path) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--parts", type=Path, nargs="+", required=True, help="shard folders")
-    parser.add_argument("--out", type=Path, required=True, help="cell folder")
+    parser.add_argument("--cell", type=Path, nargs="+", action="append", required=True, metavar=("CELL", "SHARD"),
+                        help="a cell folder followed by its shard folders (repeat for each cell)")
     args = parser.parse_args()
-    metrics = merge(args.parts, args.out)
-    print(f"{len(args.parts)} shard(s), {metrics['n_samples']} samples -> {args.out}")
+    for out, *parts in args.cell:
+        metrics = merge(parts, out)
+        print(f"{len(parts)} shard(s), {metrics['n_samples']} samples -> {out}")
 
 
 if __name__ == "__main__":

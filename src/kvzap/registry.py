@@ -1,0 +1,66 @@
+"""What every compression method is, by name, without importing torch: the one list the config checks, the sweep,
+the tables and the figure legends read. `kvzap.methods` turns a name into a press.
+
+Adding a method is one entry here plus its press factory in `kvzap.methods` (a test checks both lists agree).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class MethodInfo:
+    parameter: str  # what the sweep varies: "none", "threshold" (per model) or "ratio" (evaluation.ratios)
+    label: str  # legend name, as the paper and the kvpress leaderboard write it
+    surrogate: str | None = None  # which trained surrogate ("linear" / "mlp") the method needs
+    needs_hub: bool = False  # loads extra Hub/GitHub assets at run time (unavailable to offline models)
+    window: int | None = None  # KVzap's protected window of recent tokens, when it is not the default 128
+
+    @property
+    def kvzap(self) -> bool:
+        """Thresholded KVzap: the methods Table 2 and the τ sweep are about."""
+        return self.parameter == "threshold"
+
+
+METHODS: dict[str, MethodInfo] = {
+    "full": MethodInfo("none", "Full cache"),
+    "kvzap_linear": MethodInfo("threshold", "KVzap-Linear", "linear"),
+    "kvzap_mlp": MethodInfo("threshold", "KVzap-MLP", "mlp"),
+    # the paper's window ablation (§3.8, LongBench LCC): the same surrogate and τ with w = 0 and w = 512
+    "kvzap_mlp_w0": MethodInfo("threshold", "KVzap-MLP, window 0", "mlp", window=0),
+    "kvzap_mlp_w512": MethodInfo("threshold", "KVzap-MLP, window 512", "mlp", window=512),
+    # the paper's Fig. 5 ablation: fixed top-k instead of a threshold
+    "kvzap_mlp_head": MethodInfo("ratio", "KVzap-MLP top-k per head", "mlp"),
+    "kvzap_mlp_layer": MethodInfo("ratio", "KVzap-MLP top-k per layer", "mlp"),
+    "kvzip": MethodInfo("ratio", "KVzip"),
+    "kvzip_plus": MethodInfo("ratio", "KVzip+"),
+    "random": MethodInfo("ratio", "Random"),
+    "knorm": MethodInfo("ratio", "Knorm"),
+    "snapkv": MethodInfo("ratio", "SnapKV"),
+    "expected_attention": MethodInfo("ratio", "Expected Attention"),
+    "streaming_llm": MethodInfo("ratio", "StreamingLLM"),
+    "tova": MethodInfo("ratio", "TOVA"),
+    "observed_attention": MethodInfo("ratio", "Observed Attention"),
+    "qfilter": MethodInfo("ratio", "Q-Filters", needs_hub=True),
+    "pyramidkv": MethodInfo("ratio", "PyramidKV"),
+    "lagkv": MethodInfo("ratio", "LagKV"),
+    "keydiff": MethodInfo("ratio", "KeyDiff"),
+    "adakv_compactor": MethodInfo("ratio", "AdaKV-Compactor"),
+    "cur": MethodInfo("ratio", "CUR"),
+    "duo_attention": MethodInfo("ratio", "DuoAttention", needs_hub=True),
+    "duo_attention_on_the_fly": MethodInfo("ratio", "DuoAttention (on the fly)", needs_hub=True),
+}
+
+KVZAP_METHODS = tuple(name for name, info in METHODS.items() if info.kvzap)
+
+
+def info(name: str) -> MethodInfo:
+    try:
+        return METHODS[name]
+    except KeyError:
+        raise ValueError(f"Unknown method {name!r}; known methods: {', '.join(sorted(METHODS))}.") from None
+
+
+def label(name: str) -> str:
+    return METHODS[name].label if name in METHODS else name

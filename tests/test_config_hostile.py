@@ -1,0 +1,223 @@
+"""Hostile configs: every bad value is refused before the first job, with its key, the value and the fix.
+
+Most cases call kvzap.plan directly (what workflow/Snakefile runs at parse time); a few go through `snakemake -n`
+to show the refusal happens before any job and that shell payloads never run.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from snakemake.utils import validate as fill_defaults
+
+from kvzap import plan
+
+ROOT = Path(__file__).resolve().parents[1]
+SCHEMA = ROOT / "config" / "schema.json"
+BASE = yaml.safe_load((ROOT / "config" / "ci.yaml").read_text())
+
+
+def planned(config: dict) -> dict:
+    """Validate, fill defaults and check, exactly as the Snakefile does."""
+    config = copy.deepcopy(config)
+    plan.validate(config, SCHEMA)
+    fill_defaults(config, str(SCHEMA))
+    plan.check(config)
+    return config
+
+
+def refused(change) -> str:
+    config = copy.deepcopy(BASE)
+    change(config)
+    with pytest.raises(plan.ConfigError) as info:
+        planned(config)
+    message = str(info.value)
+    assert message.startswith("Invalid configuration: ") and "Fix: " in message
+    return message
+
+
+def model(c):
+    return c["models"]["smollm2-135m"]
+
+
+def bench(c):
+    return c["evaluation"]["benchmarks"]["ruler-512"]
+
+
+def test_base_config_is_accepted():
+    config = planned(BASE)
+    assert [c.method for c in plan.cells(config)] == ["full", "kvzap_linear", "kvzap_mlp", "knorm"]
+
+
+CASES = {
+    # shell payloads and path escapes
+    "revision payload": (lambda c: model(c).update(revision="'$(touch pwned)'"), "models.smollm2-135m.revision"),
+    "source payload": (lambda c: bench(c).update(source="hub; touch pwned"), "source"),
+    "task payload": (lambda c: bench(c).update(tasks=["niah_single_1; touch pwned"]), "tasks.0"),
+    "subset payload": (lambda c: bench(c).update(subsets=["512 $(touch pwned)"]), "subsets.0"),
+    "subset dot-dot": (lambda c: bench(c).update(subsets=[".."]), "subsets.0"),
+    "figure name escape": (lambda c: c["figures"].update({"../../../../x": {"kind": "surrogate_fit"}}), "figures"),
+    "results escape": (lambda c: c.update(results="results/../../x"), "results"),
+    "results outside": (lambda c: c.update(results="/tmp/x"), "results"),
+    "model name escape": (lambda c: c["models"].update({"../m": model(c)}), "models"),
+    "benchmark name slash": (lambda c: c["evaluation"]["benchmarks"].update({"a/b": bench(c)}), "benchmarks"),
+    "model id payload": (lambda c: model(c).update(id="Qwen/Qwen3-8B;rm -rf ~"), "models.smollm2-135m.id"),
+    "corpus payload": (lambda c: c["oracle"].update(corpus="nvidia/x`touch pwned`"), "oracle.corpus"),
+    "partition payload": (lambda c: c.update(slurm={"partition": "gpu; touch pwned"}), "slurm.partition"),
+    "account payload": (lambda c: c.update(slurm={"account": "$(id)"}), "slurm.account"),
+    "license payload": (lambda c: c["publish"].update(license="mit $(touch pwned)"), "publish.license"),
+    "namespace payload": (lambda c: c["publish"].update(namespace="me;x"), "publish.namespace"),
+    "figure benchmark payload": (lambda c: c["figures"]["ruler_tradeoff"].update(benchmark="../x"), "benchmark"),
+    # values that used to fail at run time or silently
+    "unknown offline model": (lambda c: model(c).update(id="offline/Nope-1B"), "no such offline model"),
+    "unknown corpus": (lambda c: c["oracle"].update(corpus="someone/corpus"), "unknown corpus"),
+    "NaN threshold": (lambda c: model(c).update(thresholds=[float("nan")]), "not a finite number"),
+    "infinite threshold": (lambda c: model(c).update(thresholds=[float("inf")]), "not a finite number"),
+    "NaN ratio": (lambda c: c["evaluation"].update(ratios=[float("nan")]), "evaluation.ratios[0]"),
+    "ratio of one": (lambda c: c["evaluation"].update(ratios=[1.0]), "evaluation.ratios.0"),
+    "duplicate thresholds": (lambda c: model(c).update(thresholds=[-6, -6.0]), "duplicates entry 0"),
+    "duplicate ratios": (lambda c: c["evaluation"].update(ratios=[0.5, 0.50]), "duplicates entry 0"),
+    "boolean threshold": (lambda c: model(c).update(thresholds=[True]), "thresholds"),
+    "unknown method": (lambda c: c["evaluation"].update(methods=["full", "kvzapp"]), "unknown method"),
+    "unknown benchmark method": (lambda c: bench(c).update(methods=["snapkv2"]), "unknown method"),
+    "unknown RULER task": (lambda c: bench(c).update(tasks=["niah_single_9"]), "not a RULER task"),
+    "hub-only task offline": (lambda c: bench(c).update(tasks=["qa_1"]), "available offline"),
+    "non-numeric RULER subset": (lambda c: bench(c).update(subsets=["long"]), "context length"),
+    "duplicate subsets": (lambda c: bench(c).update(subsets=["512", "512"]), "listed twice"),
+    "duplicate tasks": (lambda c: bench(c).update(tasks=["vt", "vt"]), "listed twice"),
+    "unknown LongBench subset": (
+        lambda c: c["evaluation"]["benchmarks"].update(lb={"benchmark": "longbench", "source": "hub", "subsets": ["qasperr"]}),
+        "not a longbench subset"),
+    "AIME with tasks": (
+        lambda c: c["evaluation"]["benchmarks"].update(
+            a={"benchmark": "aime25", "source": "offline", "subsets": ["aime25"], "tasks": ["vt"]}), "aime25 has no tasks"),
+    "rollouts on RULER": (lambda c: bench(c).update(rollouts=4), "only AIME25"),
+    "LongBench offline": (
+        lambda c: c["evaluation"]["benchmarks"].update(lb={"benchmark": "longbench", "source": "offline", "subsets": ["lcc"]}),
+        "no offline source"),
+    "missing local folder": (lambda c: bench(c).update(source="local:does/not/exist"), "does not exist"),
+    "Hub-only method offline": (lambda c: c["evaluation"].update(methods=["full", "qfilter"]), "needs Hub assets"),
+    "shards beyond rows": (lambda c: bench(c).update(shards=3), "more shards than the 1 rows"),
+    "benchmark names unknown model": (lambda c: bench(c).update(models=["qwen"]), "not defined under models"),
+    "tradeoff without benchmark": (lambda c: c["figures"]["ruler_tradeoff"].pop("benchmark"), "needs benchmark"),
+    "distribution without method": (
+        lambda c: c["figures"].update(d={"kind": "ratio_distribution", "value": -6}), "needs method"),
+    "distribution value not swept": (
+        lambda c: c["figures"].update(d={"kind": "ratio_distribution", "method": "kvzap_mlp", "value": -4}), "not swept"),
+    "figure unknown benchmark": (lambda c: c["figures"]["ruler_tradeoff"].update(benchmark="ruler-4k"), "not defined"),
+    "figure unknown model": (lambda c: c["figures"]["surrogate_fit"].update(models=["qwen"]), "not defined under models"),
+    "figure method not evaluated": (lambda c: c["figures"]["ruler_tradeoff"].update(methods=["snapkv"]), "not evaluated"),
+    "figure unknown metric": (lambda c: c["figures"]["ruler_tradeoff"].update(metric="f1"), "metric"),
+    "figure unknown kind": (lambda c: c["figures"]["ruler_tradeoff"].update(kind="pie"), "kind"),
+    "token limits inverted": (lambda c: c["oracle"].update(min_tokens=400, max_tokens=300), "not below oracle.max_tokens"),
+    "unknown top-level key": (lambda c: c.update(evalutation={}), "allowed keys"),
+    "table 2 value not swept": (
+        lambda c: c.update(tables={"best": {"smollm2-135m": {"method": "kvzap_mlp", "value": -4}}}), "not evaluated at"),
+    "table 2 unknown model": (
+        lambda c: c.update(tables={"best": {"qwen": {"method": "kvzap_mlp", "value": -6}}}), "not defined under models"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_hostile_value_is_refused(name):
+    change, expected = CASES[name]
+    assert expected in refused(change)
+
+
+PAYLOADS = ["$(touch pwned)", "`touch pwned`", "a; touch pwned", "../../x", "a b", "x'y", "a\nb"]
+STRING_FIELDS = {
+    "models.<name>": lambda c, v: c["models"].update({v: c["models"].pop("smollm2-135m")}),
+    "models.<name>.id": lambda c, v: model(c).update(id=f"org/{v}"),
+    "models.<name>.revision": lambda c, v: model(c).update(revision=v),
+    "oracle.corpus": lambda c, v: c["oracle"].update(corpus=f"nvidia/{v}"),
+    "evaluation.methods": lambda c, v: c["evaluation"].update(methods=[v]),
+    "evaluation.benchmarks.<name>": lambda c, v: c["evaluation"]["benchmarks"].update({v: bench(c)}),
+    "evaluation.benchmarks.<name>.source": lambda c, v: bench(c).update(source=f"local:{v}"),
+    "evaluation.benchmarks.<name>.subsets": lambda c, v: bench(c).update(subsets=[v]),
+    "evaluation.benchmarks.<name>.tasks": lambda c, v: bench(c).update(tasks=[v]),
+    "evaluation.benchmarks.<name>.methods": lambda c, v: bench(c).update(methods=[v]),
+    "evaluation.benchmarks.<name>.models": lambda c, v: bench(c).update(models=[v]),
+    "figures.<name>": lambda c, v: c["figures"].update({v: {"kind": "surrogate_fit"}}),
+    "figures.<name>.benchmark": lambda c, v: c["figures"]["ruler_tradeoff"].update(benchmark=v),
+    "figures.<name>.model": lambda c, v: c["figures"]["surrogate_fit"].update(model=v),
+    "figures.<name>.method": lambda c, v: c["figures"].update(d={"kind": "ratio_distribution", "method": v, "value": -6}),
+    "slurm.partition": lambda c, v: c.update(slurm={"partition": v}),
+    "slurm.account": lambda c, v: c.update(slurm={"account": v}),
+    "publish.namespace": lambda c, v: c["publish"].update(namespace=v),
+    "publish.dataset_repo": lambda c, v: c["publish"].update(dataset_repo=f"me/{v}"),
+    "publish.license": lambda c, v: c["publish"].update(license=v),
+    "results": lambda c, v: c.update(results=f"results/{v}"),
+}
+
+
+@pytest.mark.parametrize("payload", PAYLOADS)
+@pytest.mark.parametrize("field", sorted(STRING_FIELDS))
+def test_payload_in_every_string_field_is_refused(field, payload):
+    refused(lambda c: STRING_FIELDS[field](c, payload))
+
+
+def test_labels_round_trip_exactly():
+    for value in (-4, -4.0, 0.875, -4.1234567, -6.0000001, -6.0000002, 1e-05, 0.1 + 0.2):
+        assert float(plan.value_label(value)) == float(value)
+    assert plan.value_label(-4) == "-4" and plan.value_label(0.5) == "0.5"
+    assert plan.value_label(-6.0000001) != plan.value_label(-6.0000002)
+    config = copy.deepcopy(BASE)
+    model(config).update(thresholds=[-6.0000001, -6.0000002, -4.1234567])
+    labels = [c.value for c in plan.cells(planned(config)) if c.method == "kvzap_mlp"]
+    assert labels == ["-6.0000001", "-6.0000002", "-4.1234567"]
+
+
+def test_command_lines_are_quoted_word_lists():
+    config = planned(BASE)
+    words = plan.evaluate_args(config, "smollm2-135m", "ruler-512", "kvzap_mlp", "-6", 0, 1)
+    import shlex
+
+    args = shlex.split(words)
+    assert args[args.index("--value") + 1] == "-6" and args[args.index("--subsets") + 1] == "512"
+    assert args[-1] == "results/ci/smollm2-135m/eval/ruler-512/512/kvzap_mlp/-6/shards/0-of-1"
+    config["models"]["smollm2-135m"]["revision"] = "it's $(x)"  # as if it had slipped past the checks
+    assert shlex.split(plan.prepare_args(config, "smollm2-135m"))[-1] == "--revision=it's $(x)"
+
+
+def test_training_settings_are_per_surrogate():
+    config = planned(BASE)
+    linear, mlp = plan.train_args(config, "linear"), plan.train_args(config, "mlp")
+    config["training"]["alpha"] = 5.0
+    assert plan.train_args(config, "linear") != linear and plan.train_args(config, "mlp") == mlp
+    config["training"]["epochs"] = 7
+    assert "--epochs 7" in plan.train_args(config, "mlp") and "--epochs" not in plan.train_args(config, "linear")
+
+
+def test_results_root_that_is_a_file(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "ci").write_text("not a folder")
+    assert "is not a folder" in refused(lambda c: None)
+
+
+def _snakemake_dry_run(tmp_path, extra: dict) -> subprocess.CompletedProcess:
+    override = tmp_path / "override.yaml"
+    override.write_text(yaml.safe_dump(extra))
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    return subprocess.run(["snakemake", "-n", "--configfile", "config/ci.yaml", str(override)], cwd=ROOT,
+                          capture_output=True, text=True, env=env, timeout=300)
+
+
+@pytest.mark.parametrize("extra", [
+    {"models": {"smollm2-135m": {"id": "offline/SmolLM2-135M-Instruct", "thresholds": [-6], "revision": "$(touch pwned)"}}},
+    {"figures": {"../../../../pwned": {"kind": "surrogate_fit"}}},
+    {"evaluation": {"ratios": [float("nan")]}},
+])
+def test_snakemake_refuses_before_any_job(tmp_path, extra):
+    result = _snakemake_dry_run(tmp_path, extra)
+    assert result.returncode != 0
+    assert "Invalid configuration: " in result.stderr + result.stdout
+    assert "Job stats" not in result.stdout
+    assert not (ROOT / "pwned").exists() and not (ROOT.parent / "pwned.png").exists()
