@@ -1,6 +1,7 @@
 # One job per (model, benchmark entry, method, value, shard), covering every subset of the entry: the model is
-# loaded once for all 21 LongBench subsets, not 21 times. Its outputs are the per-subset shard folders; one local
-# merge per (model, entry, method, value) joins and scores each subset's shards into its cell.
+# loaded once for all 21 LongBench subsets, not 21 times. An entry with `shards: 1` writes its cells directly; a
+# split entry writes per-subset shard folders, and one local merge per (model, entry, method, value) joins and
+# scores each subset's shards into its cell.
 
 
 def evaluate_inputs(wc):
@@ -14,7 +15,7 @@ def evaluate_inputs(wc):
 def cell_files(bench, name, shard="{shard}", n_shards=None):
     """Per-subset files of one job (wildcards model, method, value left open), shard folders or the cells."""
     spec = config["evaluation"]["benchmarks"][bench]
-    folder = "" if n_shards is None else f"/shards/{shard}-of-{n_shards}"
+    folder = "" if n_shards in (None, 1) else f"/shards/{shard}-of-{n_shards}"
     return [f"{RESULTS}/{{model}}/eval/{bench}/{subset}/{{method}}/{{value}}{folder}/{name}" for subset in spec["subsets"]]
 
 
@@ -29,9 +30,11 @@ for BENCH, SPEC in config["evaluation"]["benchmarks"].items():
         output:
             cell_files(BENCH, "metrics.json", n_shards=SPEC["shards"]) + cell_files(BENCH, "predictions.csv", n_shards=SPEC["shards"]),
         params:
-            args=lambda wc, bench=BENCH, n=SPEC["shards"]: plan.evaluate_args(config, wc.model, bench, wc.method, wc.value, int(wc.shard), n),
+            args=lambda wc, bench=BENCH, n=SPEC["shards"]: plan.evaluate_args(
+                config, wc.model, bench, wc.method, wc.value, int(wc.get("shard", 0)), n),
         log:
-            f"{LOGS}/evaluate/{{model}}/{BENCH}/{{method}}/{{value}}/{{shard}}-of-{SPEC['shards']}.log",
+            f"{LOGS}/evaluate/{{model}}/{BENCH}/{{method}}/{{value}}/{{shard}}-of-{SPEC['shards']}.log"
+            if SPEC["shards"] > 1 else f"{LOGS}/evaluate/{{model}}/{BENCH}/{{method}}/{{value}}.log",
         threads: model_resource("evaluate", "cpus")
         resources:
             **slurm_placement(),
@@ -40,6 +43,9 @@ for BENCH, SPEC in config["evaluation"]["benchmarks"].items():
             runtime=model_resource("evaluate", "runtime"),
         shell:
             "{PYTHON} -m kvzap.evaluate --model {input.model} {params.args} > {log} 2>&1"
+
+    if SPEC["shards"] == 1:
+        continue
 
     rule:
         name:

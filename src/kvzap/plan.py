@@ -96,6 +96,8 @@ def _check_model(name: str, model: dict) -> None:
     if model_id.startswith("offline/") and model_id not in OFFLINE_MODELS:
         fail(f"{key}.id", model_id, "no such offline model", f"use one of {list(OFFLINE_MODELS)} or a Hub id (org/name)")
     _check_values(f"{key}.thresholds", model["thresholds"])
+    for i, method in enumerate(model.get("skip_methods", [])):
+        _check_method(f"{key}.skip_methods[{i}]", method)
     _check_asset(f"{key}.id", model_id)
 
 
@@ -282,6 +284,8 @@ def cells(config: dict) -> list[Cell]:
         for model in bench_models(config, bench):
             for subset in bench["subsets"]:
                 for method in bench.get("methods", config["evaluation"]["methods"]):
+                    if method in config["models"][model].get("skip_methods", []):
+                        continue
                     out += [Cell(model, name, subset, method, value_label(v)) for v in method_values(config, model, method)]
     return out
 
@@ -294,7 +298,8 @@ def cell_dir(results: str, cell: Cell) -> str:
 
 
 def shard_dir(results: str, cell: Cell, shard: int, n_shards: int) -> str:
-    return f"{cell_dir(results, cell)}/shards/{shard}-of-{n_shards}"
+    """Where one evaluation job writes a cell's share: the cell itself when it is not split (nothing to merge)."""
+    return cell_dir(results, cell) if n_shards == 1 else f"{cell_dir(results, cell)}/shards/{shard}-of-{n_shards}"
 
 
 def surrogate_dir(results: str, model: str, kind: str) -> str:
