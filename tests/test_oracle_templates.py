@@ -8,7 +8,8 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
-from kvzap.oracle import CONTINUE_INSTRUCTION, CUE_TOKENS, REPEAT_INSTRUCTION, RepeatPrompt, build_repeat_prompt, oracle_scores
+from kvzap.oracle import (CONTINUE_INSTRUCTION, CUE_TOKENS, REPEAT_INSTRUCTION, RepeatPrompt, build_repeat_prompt,
+                          oracle_scores)
 from test_oracle import reference_scores
 from tiny_models import tiny_model, tiny_tokenizer
 
@@ -48,7 +49,8 @@ CONTEXTS = {
 def load_tokenizer(name: str):
     if name in ("chatml", "none"):
         tok = tiny_tokenizer()
-        tok.chat_template = None if name == "none" else tok.chat_template
+        if name == "none":
+            tok.chat_template = None
         return tok
     return AutoTokenizer.from_pretrained(TOKENIZERS / name)
 
@@ -97,13 +99,16 @@ EDGE_TEXT = "".join(CONTEXTS[k] for k in ("leading_newlines", "cjk", "code_tabs"
 def chunk_prompts(tok, name: str, prompt: RepeatPrompt, chunk: int) -> list[RepeatPrompt]:
     """KVzip's chunk prompts as whole sequences, from the instruction texts and the hand-written opening."""
     ids, ctx = prompt.input_ids[0].tolist(), prompt.context
-    encode = lambda text: tok(text, add_special_tokens=False)["input_ids"]  # noqa: E731
+    def encode(text: str) -> list[int]:
+        return tok(text, add_special_tokens=False)["input_ids"]
+
     opening = encode(TEMPLATES[name][1])
     context = ids[ctx]
     out = []
     for start in range(0, len(context), chunk):
         piece = context[start:start + chunk]
-        instruction = encode(REPEAT_INSTRUCTION) if start == 0 else encode(CONTINUE_INSTRUCTION) + context[start - CUE_TOKENS:start]
+        cue = context[start - CUE_TOKENS:start]
+        instruction = encode(REPEAT_INSTRUCTION) if start == 0 else encode(CONTINUE_INSTRUCTION) + cue
         seq = ids[:ctx.stop] + instruction + opening + piece
         out.append(RepeatPrompt(torch.tensor([seq]), slice(ctx.start + start, ctx.start + start + len(piece)),
                                 slice(len(seq) - len(piece), len(seq))))
