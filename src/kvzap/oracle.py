@@ -61,34 +61,69 @@ class OracleScores:
     hidden: torch.Tensor | None  # (L, n, D) attention inputs at the requested context positions
 
 
-def _char_span_to_tokens(offsets: list[tuple[int, int]], start: int, end: int) -> slice:
-    inside = [i for i, (a, b) in enumerate(offsets) if b > a and a >= start and b <= end]
-    if not inside:
-        raise ValueError("The context did not survive tokenization as a contiguous token span.")
-    return slice(inside[0], inside[-1] + 1)
+CONTEXT_SLOT = "KVZAPCONTEXTSLOT"  # stands in for the context while rendering the chat template
 
 
-def build_repeat_prompt(tokenizer: PreTrainedTokenizerBase, context: str) -> RepeatPrompt:
-    """Render the repeat prompt with the model's chat template and locate both copies of the context."""
+def _slots(context: str) -> tuple[str, str]:
+    """Two placeholder strings absent from the context. No whitespace in them, so a template's trim/strip
+    cannot touch them, and none of its content checks (e.g. Qwen3's '</think>' split) can fire on them."""
+    base = CONTEXT_SLOT
+    while base in context:
+        base += "X"
+    return base + "USER", base + "ASSISTANT"
+
+
+def _render_around_slots(tokenizer: PreTrainedTokenizerBase, user_slot: str, assistant_slot: str) -> list[str]:
+    """The chat-template text split at the two slots: [before user ctx, after it, after assistant ctx]."""
     messages = [
-        {"role": "user", "content": context + REPEAT_INSTRUCTION},
-        {"role": "assistant", "content": context},
+        {"role": "user", "content": user_slot + REPEAT_INSTRUCTION},
+        {"role": "assistant", "content": assistant_slot},
     ]
     if tokenizer.chat_template:
         text = tokenizer.apply_chat_template(messages, tokenize=False, enable_thinking=False)
     else:
-        text = f"user: {messages[0]['content']}\nassistant: {context}"
-    first = text.index(context)
-    second = text.index(context, first + len(context))
-    encoded = tokenizer(text, return_offsets_mapping=True, add_special_tokens=False)
-    offsets = encoded["offset_mapping"]
-    ctx = _char_span_to_tokens(offsets, first, first + len(context))
-    rep = _char_span_to_tokens(offsets, second, second + len(context))
-    # Template tokens after the instruction: they open the assistant turn before every repeated chunk.
-    instruction_end = first + len(context) + len(REPEAT_INSTRUCTION)
-    suffix = slice(next(i for i in range(ctx.stop, rep.start) if offsets[i][0] >= instruction_end), rep.start)
-    continue_ids = torch.tensor(tokenizer.encode(CONTINUE_INSTRUCTION, add_special_tokens=False))
-    return RepeatPrompt(torch.tensor([encoded["input_ids"]]), ctx, rep, suffix, continue_ids)
+        text = f"user: {messages[0]['content']}\nassistant: {assistant_slot}"
+    if text.count(user_slot) != 1 or text.count(assistant_slot) != 1:
+        raise ValueError("The chat template does not render each message's content exactly once; "
+                         "build_repeat_prompt needs a template that inserts the content as given.")
+    before, rest = text.split(user_slot)
+    between, after = rest.split(assistant_slot)
+    if not between.startswith(REPEAT_INSTRUCTION):
+        raise ValueError(f"The chat template altered the text after the context ({between[:60]!r}); "
+                         f"expected it to start with the instruction {REPEAT_INSTRUCTION!r}.")
+    return [before, between, after]
+
+
+def build_repeat_prompt(tokenizer: PreTrainedTokenizerBase, context: str) -> RepeatPrompt:
+    """Render the repeat prompt with the model's chat template; both copies of the context hold exactly
+    `tokenizer(context, add_special_tokens=False)`'s ids, whatever the text and the template.
+
+    The template is rendered once around placeholder slots and only its own text is tokenized with it;
+    the context is tokenized alone and spliced in, so the spans are known by construction. Two choices
+    follow, on purpose:
+    - The context goes in verbatim. Templates that rewrite content (Llama-3.1 trims every message, Qwen3
+      strips the assistant's leading newlines and splits at '</think>') do not touch it: the oracle scores
+      every token of the user's text as the tokenizer splits it on its own (the paper scores the context
+      tokens), not a template-rewritten copy whose tokens no surrogate input would match.
+    - Token boundaries at the context's edges: characters of the context never merge with the template's
+      or the instruction's (e.g. 'here.' + '\n\n'), so no context token is lost or shared.
+    The instruction and the template text after it are tokenized apart too, so `suffix` (the assistant
+    opening) is the same ids before every repeated chunk."""
+    def encode(text: str) -> list[int]:
+        return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    context_ids = encode(context)
+    if not context_ids:
+        raise ValueError(f"The context {context[:40]!r} has no tokens: the oracle needs at least one to score.")
+    before, between, after = _render_around_slots(tokenizer, *_slots(context))
+    pieces = [encode(before), context_ids, encode(REPEAT_INSTRUCTION),
+              encode(between[len(REPEAT_INSTRUCTION):]), context_ids, encode(after)]
+    starts = [0]
+    for piece in pieces:
+        starts.append(starts[-1] + len(piece))
+    ctx, suffix, rep = (slice(starts[i], starts[i + 1]) for i in (1, 3, 4))
+    continue_ids = torch.tensor(encode(CONTINUE_INSTRUCTION))
+    return RepeatPrompt(torch.tensor([sum(pieces, [])]), ctx, rep, suffix, continue_ids)
 
 
 def repeat_chunks(prompt: RepeatPrompt, chunk_tokens: int | None = CHUNK_TOKENS) -> list[tuple[torch.Tensor, slice, int]]:
