@@ -1,11 +1,18 @@
 """Collect every evaluation cell and surrogate into the paper's tables (CSV for machines, Markdown for people).
 
-results.csv    one row per cell: model, benchmark, subset, method, value, compression ratio, scores, per-task
-surrogates.csv Table 1: mean R^2 per model and surrogate kind
-best.csv       Table 2: per model, the KVzap configuration with the highest mean compression ratio whose score
-               stays within `tolerance` points of the full cache on every benchmark
-results.md     all three as Markdown tables
-provenance.json  the code version and the provenance hash of every cell and surrogate aggregated
+results.csv          one row per cell: model, benchmark, subset, method, value, compression ratio, scores, per-task
+surrogates.csv       Table 1: mean R^2 per model and surrogate kind
+best.csv             Table 2: the KVzap configuration fixed per model (--table2), full cache -> KVzap score and
+                     compression ratio per benchmark, then the average compression ratio (see kvzap.tables)
+best_auto.csv        per model, the configuration with the highest mean compression ratio within --tolerance points
+                     of the full cache on every benchmark score (as Table 2 scores them)
+overhead.csv         Table 3: the surrogates' FLOPs per decoder layer, from each model's config.json (--models)
+aime_rollouts.csv    Table 4: AIME25 correct answers per rollout and pass@1
+window_ablation.csv  §3.8: KVzap-MLP on LongBench LCC with sliding window 0 / 128 / 512
+missing.csv          expected cells that do not exist (only allowed with --allow-missing); the tables built from
+                     cells then carry partial=True and results.md names the missing cells at its top
+results.md           every table as Markdown
+provenance.json      the code version and the provenance hash of every cell and surrogate aggregated
 """
 
 from __future__ import annotations
@@ -16,23 +23,28 @@ from pathlib import Path
 
 import pandas as pd
 
+from kvzap import tables
 from kvzap.io import atomic_path, atomic_write_json, atomic_write_text
+from kvzap.overhead import overhead_table
 from kvzap.provenance import stamp
+from kvzap.tables import best_configurations  # noqa: F401  (part of this module's interface: Table 2 auto)
 
 SCORE_KEYS = ("average", "average_without_trec", "pass@1", "pass@4")
-KVZAP_METHODS = ("kvzap_linear", "kvzap_mlp")
+KEY_COLUMNS = ["model", "benchmark", "subset", "method", "value"]
+
+
+def cell_key(path: Path) -> dict:
+    """results/<model>/eval/<bench>/<subset>/<method>/<value>/metrics.json -> the cell's coordinates."""
+    model, _, bench, subset, method, value = path.parts[-7:-1]
+    return {"model": model, "benchmark": bench, "subset": subset, "method": method,
+            "value": None if value == "none" else float(value)}
 
 
 def cell_row(path: Path) -> dict:
-    """results/<model>/eval/<bench>/<subset>/<method>/<value>/metrics.json -> one flat row."""
+    """One cell's metrics.json -> one flat row."""
     metrics = json.loads(path.read_text())
-    model, _, bench, subset, method, value = path.parts[-7:-1]
-    row = {
-        "model": model, "model_id": metrics["provenance"].get("model_id"), "benchmark": bench,
-        "benchmark_type": metrics["benchmark"], "subset": subset, "method": method,
-        "value": None if value == "none" else float(value),
-        "compression_ratio": metrics["compression_ratio"], "n_samples": metrics["n_samples"],
-    }
+    row = {**cell_key(path), "model_id": metrics["provenance"].get("model_id"), "benchmark_type": metrics["benchmark"],
+           "compression_ratio": metrics["compression_ratio"], "n_samples": metrics["n_samples"]}
     row.update({k: metrics[k] for k in SCORE_KEYS if metrics.get(k) is not None})
     row.update({f"task:{task}": score for task, score in metrics.get("per_task", {}).items()})
     return row
@@ -45,54 +57,83 @@ def surrogate_row(path: Path) -> dict:
             "n_test_pairs": metrics["n_test_pairs"]}
 
 
-def best_configurations(results: pd.DataFrame, tolerance: float = 1.0) -> pd.DataFrame:
-    """Table 2: full-cache score -> KVzap score (compression ratio) per benchmark, for each model's best config."""
-    results = results.assign(score=results["average"].fillna(results.get("pass@4", results["average"])))
-    rows = []
-    for model, group in results.groupby("model"):
-        full = group[group["method"] == "full"].set_index(["benchmark", "subset"])["score"]
-        kvzap = group[group["method"].isin(KVZAP_METHODS)]
-        if full.empty or kvzap.empty:
-            continue
-        candidates = []
-        for (method, value), config in kvzap.groupby(["method", "value"]):
-            config = config.set_index(["benchmark", "subset"])
-            drop = (full.reindex(config.index) - config["score"]).max()
-            candidates.append((drop <= tolerance, config["compression_ratio"].mean(), -drop, method, value, config))
-        ok, ratio, _, method, value, config = max(candidates, key=lambda c: c[:3])
-        for (bench, subset), cell in config.iterrows():
-            rows.append({"model": model, "method": method, "value": value, "benchmark": bench, "subset": subset,
-                         "full": full.get((bench, subset)), "kvzap": cell["score"],
-                         "compression_ratio": cell["compression_ratio"], "within_tolerance": bool(ok),
-                         "mean_compression_ratio": ratio})
-    return pd.DataFrame(rows)
+def split_missing(cell_files: list[Path], allow_missing: bool) -> tuple[list[Path], list[Path]]:
+    """(existing, missing) expected cells; a missing cell is an error unless the caller accepts partial tables."""
+    present = [p for p in cell_files if p.exists()]
+    missing = [p for p in cell_files if not p.exists()]
+    if missing and not allow_missing:
+        names = "\n  ".join(map(str, missing))
+        raise FileNotFoundError(f"{len(missing)} expected cell(s) missing:\n  {names}\nRerun them, or pass "
+                                "--allow-missing to aggregate the cells that exist (the tables are then marked partial).")
+    if not present:
+        raise FileNotFoundError(f"None of the {len(cell_files)} expected cells exists: nothing to aggregate.")
+    return present, missing
 
 
-def aggregate(cell_files: list[Path], surrogate_files: list[Path], out: Path) -> pd.DataFrame:
-    out.mkdir(parents=True, exist_ok=True)
-    results = pd.DataFrame([cell_row(p) for p in cell_files]).sort_values(
-        ["model", "benchmark", "subset", "method", "value"], na_position="first")
-    surrogates = pd.DataFrame([surrogate_row(p) for p in surrogate_files])
-    best = best_configurations(results)
-    sections = []
-    for name, table in (("results", results), ("surrogates", surrogates), ("best", best)):
+def _markdown(name: str, title: str, table: pd.DataFrame) -> str:
+    body = table.to_markdown(index=False, floatfmt=".4g") if len(table) else "(empty)"
+    return f"## {name}: {title}\n\n{body}\n"
+
+
+def _partial_banner(missing: pd.DataFrame, n_expected: int) -> str:
+    return (f"# PARTIAL RESULTS: {len(missing)} of {n_expected} expected cells are missing\n\n"
+            "Every table built from cells below (partial = True) lacks them; they are listed in missing.csv:\n\n"
+            f"{missing.to_markdown(index=False)}\n")
+
+
+def aggregate(cell_files: list[Path], surrogate_files: list[Path], out: Path, *, allow_missing: bool = False,
+              table2_choice: dict | None = None, tolerance: float = 1.0,
+              model_records: list[Path] = ()) -> pd.DataFrame:
+    """Write every table under `out`; returns the per-cell results."""
+    present, missing_files = split_missing(cell_files, allow_missing)
+    rows = {path: cell_row(path) for path in present}
+    results = pd.DataFrame(rows.values()).sort_values(KEY_COLUMNS, na_position="first", ignore_index=True)
+    aime_cells = [(row, path.parent) for path, row in rows.items() if row["benchmark_type"] == tables.AIME_TYPE]
+    missing = pd.DataFrame([{**cell_key(p), "path": str(p)} for p in missing_files], columns=KEY_COLUMNS + ["path"])
+    partial = bool(len(missing))
+    from_cells = {
+        "results": ("one row per cell", results),
+        "best": ("Table 2: fixed configuration per model (tables.best)",
+                 tables.table2(results, table2_choice or {})),
+        "best_auto": (f"Table 2, automatic: best configuration within {tolerance:g} points",
+                      tables.best_configurations(results, tolerance)),
+        "aime_rollouts": ("Table 4: AIME25 correct answers per rollout", tables.aime_rollouts(aime_cells)),
+        "window_ablation": ("Sliding-window ablation: KVzap-MLP on LongBench LCC", tables.window_ablation(results)),
+    }
+    other = {
+        "surrogates": ("Table 1: surrogate fit (mean R^2)", pd.DataFrame([surrogate_row(p) for p in surrogate_files])),
+        "overhead": ("Table 3: surrogate FLOPs relative to a decoder layer", overhead_table(list(model_records))),
+        "missing": ("Missing cells", missing),
+    }
+    sections = [_partial_banner(missing, len(cell_files))] if partial else []
+    for name, (title, table) in {**from_cells, **other}.items():
+        if name in from_cells:
+            table = table.assign(partial=partial)
+            title += " (PARTIAL)" if partial else ""
         with atomic_path(out / f"{name}.csv") as tmp:
             table.to_csv(tmp, index=False)
-        sections.append(f"## {name}\n\n{table.to_markdown(index=False, floatfmt='.3g') if len(table) else '(empty)'}\n")
+        sections.append(_markdown(name, title, table))
     atomic_write_text(out / "results.md", "\n".join(sections))
-    sources = {str(p): json.loads(p.read_text())["provenance"]["params_hash"] for p in cell_files}
+    sources = {str(p): json.loads(p.read_text())["provenance"]["params_hash"] for p in present}
     sources.update({str(p): json.loads(p.read_text())["params_hash"] for p in surrogate_files})
-    atomic_write_json(out / "provenance.json", stamp({"sources": sources}))
+    atomic_write_json(out / "provenance.json", stamp({"sources": sources, "missing": [str(p) for p in missing_files]}))
     return results
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cells", type=Path, nargs="+", required=True, help="cell metrics.json files")
+    parser.add_argument("--cells", type=Path, nargs="+", required=True, help="every expected cell metrics.json")
+    parser.add_argument("--allow-missing", action="store_true",
+                        help="aggregate the expected cells that exist; the others go to missing.csv, tables say partial")
     parser.add_argument("--surrogates", type=Path, nargs="*", default=[], help="surrogate metrics.json files")
+    parser.add_argument("--table2", type=json.loads, default=None,
+                        help='Table 2 configuration per model, JSON: {"<model>": {"method": "kvzap_mlp", "value": -4}}')
+    parser.add_argument("--tolerance", type=float, default=1.0, help="best_auto.csv: allowed score drop in points")
+    parser.add_argument("--models", type=Path, nargs="*", default=[], help="results/<model>/model.json (Table 3)")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
-    results = aggregate(args.cells, args.surrogates, args.out)
+    results = aggregate(args.cells, args.surrogates, args.out, allow_missing=args.allow_missing,
+                        table2_choice=args.table2, tolerance=args.tolerance, model_records=args.models)
     print(f"{len(results)} cells -> {args.out}/results.csv")
 
 

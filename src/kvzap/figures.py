@@ -34,6 +34,7 @@ LABELS = {  # legend names, as the paper and the kvpress leaderboard write them
     "tova": "TOVA", "observed_attention": "Observed Attention", "qfilter": "Q-Filters",
     "pyramidkv": "PyramidKV", "lagkv": "LagKV", "keydiff": "KeyDiff",
     "adakv_compactor": "AdaKV-Compactor", "cur": "CUR", "duo_attention": "DuoAttention",
+    "duo_attention_on_the_fly": "DuoAttention (on the fly)",
 }
 MARKERS = "osD^vP*Xh<>p"
 STYLE = {"kvzap_mlp": dict(color="#76b900", lw=2.2), "kvzap_linear": dict(color="#1f6f3f", lw=2.2)}
