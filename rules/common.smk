@@ -1,5 +1,6 @@
 # The plan (checks, sweep, paths, command lines) lives in kvzap.plan; these are its Snakemake bindings.
 import json
+import os
 import re
 
 from kvzap import plan, registry

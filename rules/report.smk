@@ -1,5 +1,7 @@
 def all_cell_metrics(wc=None):
-    return [f"{plan.cell_dir(RESULTS, cell)}/metrics.json" for cell in plan.cells(config)]
+    """Every cell; with tables.allow_missing (after a `--keep-going` run) only those that exist now."""
+    cells = plan.cell_metrics(config)
+    return [c for c in cells if os.path.exists(c)] if config["tables"]["allow_missing"] else cells
 
 
 def surrogate_metrics(wc=None):
@@ -7,16 +9,17 @@ def surrogate_metrics(wc=None):
 
 
 rule aggregate:
-    """Every cell and surrogate into results.csv, surrogates.csv (Table 1), best.csv (Table 2), results.md."""
+    """Every cell and surrogate into the paper's tables (kvzap.aggregate): results, Tables 1-4, ablations, results.md."""
     input:
         cells=all_cell_metrics,
         surrogates=surrogate_metrics,
+        models=[f"{RESULTS}/{m}/model.json" for m in config["models"]],
     output:
-        results=f"{RESULTS}/tables/results.csv",
-        surrogates=f"{RESULTS}/tables/surrogates.csv",
-        best=f"{RESULTS}/tables/best.csv",
+        **{name: f"{RESULTS}/tables/{name}.csv" for name in plan.TABLES},
         markdown=f"{RESULTS}/tables/results.md",
         provenance=f"{RESULTS}/tables/provenance.json",
+    params:
+        args=lambda wc: plan.aggregate_args(config),
     log:
         f"{LOGS}/aggregate.log",
     resources:
@@ -25,7 +28,7 @@ rule aggregate:
         mem_mb=4000,
         runtime=30,
     shell:
-        "{PYTHON} -m kvzap.aggregate --cells {input.cells} --surrogates {input.surrogates} "
+        "{PYTHON} -m kvzap.aggregate {params.args} --surrogates {input.surrogates} --models {input.models} "
         "--out {RESULTS}/tables > {log} 2>&1"
 
 

@@ -382,3 +382,21 @@ def publish_args(config: dict, surrogates: list[str]) -> str:
         args += ["--dataset-repo", publish["dataset_repo"]]
     args += ["--dry-run"] * publish["dry_run"] + ["--private"] * publish["private"]
     return shlex.join(args + ["--surrogates", *surrogates])
+
+
+# Tables kvzap.aggregate writes (CSV), beside results.md and provenance.json.
+TABLES = ("results", "surrogates", "best", "best_auto", "overhead", "aime_rollouts", "window_ablation", "missing")
+
+
+def cell_metrics(config: dict) -> list[str]:
+    return [f"{cell_dir(config['results'], cell)}/metrics.json" for cell in cells(config)]
+
+
+def aggregate_args(config: dict) -> str:
+    """Every expected cell (missing ones are named, or refused), Table 2's fixed configurations, the tolerance."""
+    import json
+
+    tables = config["tables"]
+    args = ["--cells", *cell_metrics(config), "--table2", json.dumps(tables["best"], sort_keys=True),
+            "--tolerance", str(tables["tolerance"])]
+    return shlex.join(args + ["--allow-missing"] * tables["allow_missing"])
