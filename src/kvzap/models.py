@@ -83,9 +83,19 @@ def load(model_json: Path | str, dtype: str = "auto", attn_implementation: str |
     model = AutoModelForCausalLM.from_pretrained(record["path"], **kwargs).eval()
     model.requires_grad_(False)
     tokenizer = AutoTokenizer.from_pretrained(record["path"])
-    # kvpress presses look up the tokenizer at name_or_path; point it at the folder that has one.
-    model.config.name_or_path = record["path"]
+    model.config.kvzap_model_id = record["model_id"]
+    model.config.name_or_path = press_lookup_name(record)
     return model, tokenizer
+
+
+def press_lookup_name(record: dict) -> str:
+    """What kvpress presses find at config.name_or_path: the Hub id for Hub models, the local folder offline.
+
+    Presses use it as a Hub name (QFilterPress builds nthngdy/<last part>_qfilt, DuoAttentionPress looks its
+    pattern up by it) and as a tokenizer to load (KVzipPress, DuoAttention on the fly). A Hub id serves both: the
+    tokenizer resolves through the Hub cache that `prepare` filled. An offline model has no Hub id, only its folder.
+    """
+    return record["path"] if record["model_id"] in OFFLINE_MODELS else record["model_id"]
 
 
 def main() -> None:
