@@ -24,7 +24,8 @@ QUESTION = " What is the special magic number?"
 
 
 def test_duo_pattern_names_follow_hub_renames():
-    assert duo_patterns.duo_pattern_name(LLAMA) == duo_patterns.duo_pattern_name("meta-llama/Meta-Llama-3.1-8B-Instruct")
+    published = duo_patterns.duo_pattern_name("meta-llama/Meta-Llama-3.1-8B-Instruct")
+    assert duo_patterns.duo_pattern_name(LLAMA) == published
     assert duo_patterns.duo_pattern_name(LLAMA).startswith("Meta-Llama-3.1-8B-Instruct/")
     assert methods.duo_pattern_name("Qwen/Qwen3-8B") is None
     with pytest.raises(ValueError, match="no head pattern for 'Qwen/Qwen3-32B'.*duo_attention_on_the_fly"):
@@ -44,6 +45,17 @@ def test_duo_patterns_imports_neither_torch_nor_kvpress():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env=os.environ | {"PYTHONPATH": str(ROOT / "src")}).stdout
     assert out.strip() == "[]"
+
+
+def test_presses_see_the_hub_id_of_hub_models_only():
+    from kvzap import models
+
+    hub = {"model_id": "Qwen/Qwen3-8B", "path": "/hub/models--Qwen--Qwen3-8B/snapshots/9c92", "revision": "9c92"}
+    offline = {"model_id": "offline/SmolLM2-135M-Instruct", "path": "/results/prepare/hf", "revision": "pypi:x"}
+    local = {"model_id": "tiny", "path": "/tmp/tiny/hf", "revision": "r0"}
+    assert models.press_lookup_name(hub) == "Qwen/Qwen3-8B"
+    assert models.press_lookup_name(offline) == "/results/prepare/hf"
+    assert models.press_lookup_name(local) == "/tmp/tiny/hf"
 
 
 def _write_pattern(folder: Path, scores: str) -> None:
@@ -112,7 +124,7 @@ def _offline_run(workdir: Path) -> dict:
     """prepare -> load -> kvpress pipeline with each Hub-only press, as a real run does it (HF env set by caller)."""
     from transformers import pipeline
 
-    import kvpress
+    import kvpress  # noqa: F401  (registers the kv-press-text-generation pipeline)
     from kvzap import models
 
     answers = {}
@@ -120,7 +132,6 @@ def _offline_run(workdir: Path) -> dict:
         model_json = workdir / model_id.replace("/", "--") / "model.json"
         models.prepare(model_id, model_json.parent)
         model, tokenizer = models.load(model_json)
-        assert (model.config.kvzap_model_id, model.config.name_or_path) == (model_id, model_id)
         pipe = pipeline("kv-press-text-generation", model=model, tokenizer=tokenizer)
         presses = {"qfilter": methods.build("qfilter", 0.5, {})}
         if model_id == LLAMA:
@@ -132,7 +143,7 @@ def _offline_run(workdir: Path) -> dict:
             assert isinstance(answer, str)
             assert press.compression_ratio > 0.1, (model_id, name, press.compression_ratio)
             answers[f"{model_id}:{name}"] = answer
-    assert isinstance(methods.build("qfilter", 0.5, {}), kvpress.QFilterPress)
+        assert (model.config.kvzap_model_id, model.config.name_or_path) == (model_id, model_id)
     return answers
 
 

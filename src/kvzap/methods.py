@@ -56,7 +56,8 @@ class PublishedDuoAttentionPress(kvpress.DuoAttentionPress):
     @staticmethod
     def load_attention_pattern(model):
         config = model.config
-        sink_size, recent_size, scores = duo_patterns.read_pattern(getattr(config, "kvzap_model_id", config.name_or_path))
+        model_id = getattr(config, "kvzap_model_id", config.name_or_path)
+        sink_size, recent_size, scores = duo_patterns.read_pattern(model_id)
         expected = (config.num_hidden_layers, config.num_key_value_heads)
         if scores.shape != expected:
             raise ValueError(f"The DuoAttention pattern has head scores of shape {scores.shape}, but the model has "

@@ -89,13 +89,15 @@ def load(model_json: Path | str, dtype: str = "auto", attn_implementation: str |
 
 
 def press_lookup_name(record: dict) -> str:
-    """What kvpress presses find at config.name_or_path: the Hub id for Hub models, the local folder offline.
+    """What kvpress presses find at config.name_or_path: the Hub id for Hub models, the model's folder otherwise.
 
     Presses use it as a Hub name (QFilterPress builds nthngdy/<last part>_qfilt, DuoAttentionPress looks its
     pattern up by it) and as a tokenizer to load (KVzipPress, DuoAttention on the fly). A Hub id serves both: the
-    tokenizer resolves through the Hub cache that `prepare` filled. An offline model has no Hub id, only its folder.
+    tokenizer resolves through the Hub cache that `prepare` filled. Offline and locally built models have no Hub id,
+    only their folder.
     """
-    return record["path"] if record["model_id"] in OFFLINE_MODELS else record["model_id"]
+    from_hub = Path(record["path"]).parent.name == "snapshots"  # prepare pinned a Hub cache snapshot
+    return record["model_id"] if from_hub else record["path"]
 
 
 def main() -> None:

@@ -4,7 +4,8 @@ Each model keeps its real architecture (Qwen3 q/k-norm, GQA ratio, rope settings
 its real tokenizer, scaled down to 2 layers and random bf16 weights, and ships the files its Hub repo ships
 (config.json in the Hub's format, generation_config.json, model.safetensors, tokenizer files). Around them: the
 Q-Filters repos QFilterPress downloads (nthngdy/<name>_qfilt) and a mirror of DuoAttention's attn_patterns/ folder
-for Llama-3.1 (read through KVZAP_DUO_PATTERNS, see kvzap.duo_patterns). Deterministic; a few seconds to build.
+for Llama-3.1 (read through KVZAP_DUO_PATTERNS, see kvzap.duo_patterns). Deterministic (seeded weights,
+content-addressed commits); about 15 s of CPU to build.
 
 Not written: kmfoda/booksum for duo_attention_on_the_fly. With HF_HUB_OFFLINE=1, datasets 5.2 refuses Hub datasets
 before looking at the Hub cache ("Couldn't reach 'kmfoda/booksum' on the Hub (OfflineModeIsEnabled)") and falls
@@ -34,11 +35,12 @@ _QWEN3 = {
     "bos_token_id": 151643, "eos_token_id": 151645, "head_dim": 16, "hidden_act": "silu", "hidden_size": 128,
     "initializer_range": 0.02, "max_position_embeddings": 40960, "max_window_layers": 2, "num_hidden_layers": 2,
     "num_key_value_heads": 2, "rms_norm_eps": 1e-06, "rope_scaling": None, "rope_theta": 1000000,
-    "sliding_window": None, "tie_word_embeddings": False, "torch_dtype": "bfloat16", "use_cache": True,
-    "use_sliding_window": False, "vocab_size": 151936,
+    "sliding_window": None, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+    "transformers_version": "4.51.0", "use_cache": True, "use_sliding_window": False, "vocab_size": 151936,
 }
 _QWEN3_GENERATION = {"bos_token_id": 151643, "do_sample": True, "eos_token_id": [151645, 151643],
-                     "pad_token_id": 151643, "temperature": 0.6, "top_k": 20, "top_p": 0.95}
+                     "pad_token_id": 151643, "temperature": 0.6, "top_k": 20, "top_p": 0.95,
+                     "transformers_version": "4.51.0"}
 
 # repo id -> (config.json, generation_config.json, tokenizer folder). Real values except the sizes, which keep each
 # model's shape: Qwen3-8B 32:8 heads with hidden = heads * head_dim, Qwen3-32B 64:8 with hidden < heads * head_dim,
@@ -56,10 +58,10 @@ MODELS = {
          "num_key_value_heads": 2, "pretraining_tp": 1, "rms_norm_eps": 1e-05,
          "rope_scaling": {"factor": 8.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
                           "original_max_position_embeddings": 8192, "rope_type": "llama3"},
-         "rope_theta": 500000.0, "tie_word_embeddings": False, "torch_dtype": "bfloat16", "use_cache": True,
-         "vocab_size": 128256},
+         "rope_theta": 500000.0, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+         "transformers_version": "4.43.0.dev0", "use_cache": True, "vocab_size": 128256},
         {"bos_token_id": 128000, "do_sample": True, "eos_token_id": [128001, 128008, 128009], "temperature": 0.6,
-         "top_p": 0.9},
+         "top_p": 0.9, "transformers_version": "4.42.3"},
         "llama3_1"),
 }
 SHARED_DIRECTION_NORM = 0.5  # about twice the norm of a random embedding row (std 0.02, 128 dims)
