@@ -12,6 +12,8 @@ from typing import Callable
 
 import kvpress
 
+from kvzap import duo_patterns
+from kvzap.duo_patterns import duo_pattern_name  # noqa: F401  (config checks: is a DuoAttention pattern published?)
 from kvzap.pruning import KVzapPress, TopKPerHeadPress, TopKPerLayerPress
 
 
@@ -44,6 +46,25 @@ def _kvzap_topk(press_cls, kind: str) -> Callable:
     return lambda ratio, surrogates, decoding: press_cls(str(surrogates[kind]), ratio=ratio, window=0)
 
 
+class PublishedDuoAttentionPress(kvpress.DuoAttentionPress):
+    """DuoAttention with the authors' published pattern, found by the model's Hub id (see kvzap.duo_patterns).
+
+    kvpress finds the pattern by config.name_or_path in its own table and always downloads from GitHub; this reads
+    it by `config.kvzap_model_id` (set by kvzap.models.load), so renamed Hub ids and offline mirrors work too.
+    """
+
+    @staticmethod
+    def load_attention_pattern(model):
+        config = model.config
+        model_id = getattr(config, "kvzap_model_id", config.name_or_path)
+        sink_size, recent_size, scores = duo_patterns.read_pattern(model_id)
+        expected = (config.num_hidden_layers, config.num_key_value_heads)
+        if scores.shape != expected:
+            raise ValueError(f"The DuoAttention pattern has head scores of shape {scores.shape}, but the model has "
+                             f"(layers, KV heads) = {expected}: the pattern belongs to another model.")
+        return sink_size, recent_size, scores
+
+
 REGISTRY: dict[str, Method] = {
     "full": Method("none", lambda value, surrogates, decoding: None),
     "kvzap_linear": Method("threshold", _kvzap_threshold("linear"), "linear"),
@@ -67,7 +88,12 @@ REGISTRY: dict[str, Method] = {
     "adakv_compactor": Method("ratio", _ratio_press(lambda: kvpress.AdaKVPress(kvpress.CompactorPress()))),
     "cur": Method("ratio", _ratio_press(kvpress.CURPress)),
     "duo_attention": Method(
-        "ratio", lambda ratio, surrogates, decoding: kvpress.DuoAttentionPress(head_compression_ratio=ratio),
+        "ratio", lambda ratio, surrogates, decoding: PublishedDuoAttentionPress(head_compression_ratio=ratio),
+        needs_hub=True),
+    # head scores computed from kmfoda/booksum samples (Hub dataset) with the model's tokenizer
+    "duo_attention_on_the_fly": Method(
+        "ratio", lambda ratio, surrogates, decoding: kvpress.DuoAttentionPress(head_compression_ratio=ratio,
+                                                                                on_the_fly_scoring=True),
         needs_hub=True),
 }
 

@@ -83,9 +83,21 @@ def load(model_json: Path | str, dtype: str = "auto", attn_implementation: str |
     model = AutoModelForCausalLM.from_pretrained(record["path"], **kwargs).eval()
     model.requires_grad_(False)
     tokenizer = AutoTokenizer.from_pretrained(record["path"])
-    # kvpress presses look up the tokenizer at name_or_path; point it at the folder that has one.
-    model.config.name_or_path = record["path"]
+    model.config.kvzap_model_id = record["model_id"]
+    model.config.name_or_path = press_lookup_name(record)
     return model, tokenizer
+
+
+def press_lookup_name(record: dict) -> str:
+    """What kvpress presses find at config.name_or_path: the Hub id for Hub models, the model's folder otherwise.
+
+    Presses use it as a Hub name (QFilterPress builds nthngdy/<last part>_qfilt, DuoAttentionPress looks its
+    pattern up by it) and as a tokenizer to load (KVzipPress, DuoAttention on the fly). A Hub id serves both: the
+    tokenizer resolves through the Hub cache that `prepare` filled. Offline and locally built models have no Hub id,
+    only their folder.
+    """
+    from_hub = Path(record["path"]).parent.name == "snapshots"  # prepare pinned a Hub cache snapshot
+    return record["model_id"] if from_hub else record["path"]
 
 
 def main() -> None:
