@@ -18,11 +18,13 @@ import pandas as pd
 import pytest
 from transformers import AutoTokenizer
 
+import kvzap
 from kvzap.benchmarks import aime, longbench, ruler
 from kvzap.corpus import NEMOTRON, NEMOTRON_SUBSETS
 from rehearsal import hub_datasets
 
 ROOT = Path(__file__).resolve().parents[1]
+SRC = Path(kvzap.__file__).resolve().parents[1]  # the kvzap this session imports (a worktree's src first)
 QWEN3 = ROOT / ".cache" / "tokenizers" / "qwen3"
 LENGTHS = (4096, 16384)
 WINDOW = (100, 200)
@@ -69,7 +71,7 @@ def hub(tmp_path_factory):
     """Build the fixtures into a fresh Hub cache and run every Hub loader on it, offline, in a child process."""
     tmp = tmp_path_factory.mktemp("hub")
     env = {**os.environ, "HF_HUB_CACHE": str(tmp / "cache"), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
-           "HF_HOME": str(tmp / "home"), "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT / "tests")])}
+           "HF_HOME": str(tmp / "home"), "PYTHONPATH": os.pathsep.join([str(SRC), str(ROOT / "tests")])}
     subprocess.run([sys.executable, "-c", CHILD, str(tmp / "cache"), str(QWEN3), str(tmp / "out.pkl")],
                    env=env, check=True, timeout=300)
     return pickle.loads((tmp / "out.pkl").read_bytes())
