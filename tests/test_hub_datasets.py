@@ -34,15 +34,16 @@ CJK = re.compile(r"[\u4e00-\u9fff]")
 CHILD = textwrap.dedent("""
     import pickle, sys, time
     from pathlib import Path
+    from datasets import load_dataset
     from transformers import AutoTokenizer
     from kvzap import corpus
     from kvzap.benchmarks import aime, longbench, ruler
     from rehearsal import hub_datasets
 
-    cache, qwen3, out = map(Path, sys.argv[1:4])
+    cache, datasets_cache, qwen3, out = map(Path, sys.argv[1:5])
     tokenizer = AutoTokenizer.from_pretrained(qwen3)
     start = time.perf_counter()
-    snapshots = hub_datasets.build(cache, tokenizer, min_tokens={lo}, max_tokens={hi})
+    snapshots = hub_datasets.build(cache, tokenizer, min_tokens={lo}, max_tokens={hi}, datasets_cache=datasets_cache)
     built_s = time.perf_counter() - start
     try:
         ruler.load("hub", "8192", None)
@@ -55,6 +56,7 @@ CHILD = textwrap.dedent("""
         "ruler_sampled": ruler.load("hub", "4096", None, n_samples=1, seed=0, tasks=["qa_1", "vt"]),
         "longbench": {{t: longbench.load("hub", t) for t in longbench.TASKS}},
         "aime": aime.load("hub"),
+        "booksum": load_dataset("kmfoda/booksum", split="train").to_pandas(),  # as kvpress's DuoAttention loads it
         "nemotron": corpus.select(corpus.NEMOTRON, tokenizer, {lo}, {hi}, n_test={n_test}, n_train={n_train}),
     }}
     out.write_bytes(pickle.dumps(results))
@@ -70,9 +72,10 @@ def tokenizer():
 def hub(tmp_path_factory):
     """Build the fixtures into a fresh Hub cache and run every Hub loader on it, offline, in a child process."""
     tmp = tmp_path_factory.mktemp("hub")
-    env = {**os.environ, "HF_HUB_CACHE": str(tmp / "cache"), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
-           "HF_HOME": str(tmp / "home"), "PYTHONPATH": os.pathsep.join([str(SRC), str(ROOT / "tests")])}
-    subprocess.run([sys.executable, "-c", CHILD, str(tmp / "cache"), str(QWEN3), str(tmp / "out.pkl")],
+    env = {**os.environ, "HF_HUB_CACHE": str(tmp / "cache"), "HF_DATASETS_CACHE": str(tmp / "datasets"),
+           "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "HF_HOME": str(tmp / "home"),
+           "PYTHONPATH": os.pathsep.join([str(SRC), str(ROOT / "tests")])}
+    subprocess.run([sys.executable, "-c", CHILD, str(tmp / "cache"), str(tmp / "datasets"), str(QWEN3), str(tmp / "out.pkl")],
                    env=env, check=True, timeout=300)
     return pickle.loads((tmp / "out.pkl").read_bytes())
 
@@ -148,8 +151,10 @@ def test_nemotron_select_reads_every_subset_untouched(hub, tokenizer):
     assert any(CJK.search(t) for t in texts)
 
 
-def test_booksum_has_enough_chapters_for_duo_on_the_fly(hub):
-    df = pd.read_csv(hub["snapshots"]["kmfoda/booksum"] / "train.csv")
+def test_booksum_loads_offline_as_kvpress_loads_it(hub):
+    df = hub["booksum"]
+    stored = pd.read_csv(hub["snapshots"][hub_datasets.BOOKSUM] / "train.csv")
+    assert df["chapter"].tolist() == stored["chapter"].tolist() and list(df.columns) == list(stored.columns)
     # kvpress's duo_attention_on_the_fly samples 50 rows of the train split and reads `chapter`.
     chapters = df.sample(50, random_state=42)["chapter"]
     assert chapters.str.len().min() > 1000 and chapters.is_unique

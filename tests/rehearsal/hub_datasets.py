@@ -13,7 +13,8 @@ read these as if downloaded. Each repository follows the real one's layout and s
                             id, text; texts inside and outside the oracle's token window, some with surrounding
                             whitespace and non-ASCII characters, which must survive untouched.
   kmfoda/booksum            `train.csv` with BookSum's chapter-level columns; 50+ rows, because kvpress's
-                            DuoAttention on-the-fly scoring samples 50 chapters.
+                            DuoAttention on-the-fly scoring samples 50 chapters. kvpress reads it with
+                            `datasets.load_dataset`, which offline needs its own cache: see write_datasets_cache.
 Deterministic: the same arguments write the same bytes (and so the same snapshot commit).
 """
 
@@ -35,6 +36,7 @@ from kvzap.corpus import NEMOTRON, NEMOTRON_SUBSETS
 from rehearsal.hub_cache import write_repo
 
 RULER_LENGTHS = (4096, 16384)
+BOOKSUM = "kmfoda/booksum"
 SEED = 20260107
 QA_INSTRUCTION = "Answer the question based on the given documents. Only give me the answer and do not output any other words."
 # Written for these fixtures: plain modern Chinese about ordinary topics, enough to fill the zh subsets.
@@ -343,16 +345,45 @@ def aime_parquet() -> bytes:
     }))
 
 
-def build(cache: Path, tokenizer, ruler_lengths=RULER_LENGTHS, min_tokens: int = 100, max_tokens: int = 200) -> dict[str, Path]:
+def write_datasets_cache(datasets_cache: Path, repo_id: str, snapshot: Path, csv_files: dict[str, str]) -> Path:
+    """Prepare `repo_id` in the `datasets` library's own cache (HF_DATASETS_CACHE), from CSV files of its Hub
+    snapshot ({split: file}). Offline, `datasets.load_dataset(repo_id, split=...)` reads only that cache, never the
+    Hub cache, so third-party code that calls it (kvpress's DuoAttention on-the-fly scoring loads kmfoda/booksum)
+    needs this entry. Follows datasets 5's layout: `<namespace>___<name>/default/0.0.0/<commit>/`."""
+    import shutil
+    import tempfile
+
+    from datasets.data_files import DataFilesDict
+    from datasets.packaged_modules.csv.csv import Csv
+
+    namespace, name = repo_id.split("/")
+    target = Path(datasets_cache) / f"{namespace}___{name}" / "default" / "0.0.0" / snapshot.name
+    with tempfile.TemporaryDirectory() as tmp:
+        files = DataFilesDict.from_patterns({split: [str(snapshot / f)] for split, f in csv_files.items()})
+        builder = Csv(cache_dir=tmp, dataset_name=name, hash=snapshot.name, data_files=files, config_name="default")
+        builder.download_and_prepare()
+        shutil.rmtree(target, ignore_errors=True)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copytree(builder.cache_dir, target)
+    return target
+
+
+def build(cache: Path, tokenizer, ruler_lengths=RULER_LENGTHS, min_tokens: int = 100, max_tokens: int = 200,
+          datasets_cache: Path | None = None) -> dict[str, Path]:
     """Write the five repositories into the Hub cache `cache`; returns {repo id: snapshot folder}.
     `tokenizer` sizes RULER contexts to `ruler_lengths` and Nemotron texts to the oracle window
-    (min_tokens, max_tokens); pass the rehearsal's (RULER's own Hub data used Llama-3.1's)."""
+    (min_tokens, max_tokens); pass the rehearsal's (RULER's own Hub data used Llama-3.1's).
+    With `datasets_cache` (the run's HF_DATASETS_CACHE), kmfoda/booksum is also prepared there for
+    kvpress's `load_dataset` call."""
     ruler_files = {f"{n}/test-00000-of-00001.parquet": _parquet(ruler_rows(tokenizer, n)) for n in ruler_lengths}
     repos = {
         ruler.HUB_DATASET: ruler_files,
         longbench.HUB_DATASET: {"data.zip": longbench_zip()},
         aime.HUB_DATASET: {"data/test-00000-of-00001.parquet": aime_parquet()},
         NEMOTRON: nemotron_files(tokenizer, min_tokens, max_tokens),
-        "kmfoda/booksum": {"train.csv": booksum_csv()},
+        BOOKSUM: {"train.csv": booksum_csv()},
     }
-    return {repo: write_repo(cache, repo, files, repo_type="dataset") for repo, files in repos.items()}
+    snapshots = {repo: write_repo(cache, repo, files, repo_type="dataset") for repo, files in repos.items()}
+    if datasets_cache is not None:
+        write_datasets_cache(datasets_cache, BOOKSUM, snapshots[BOOKSUM], {"train": "train.csv"})
+    return snapshots
