@@ -169,3 +169,38 @@ def test_fixtures_are_deterministic(tokenizer):
 
 def test_build_is_fast(hub):
     assert hub["built_s"] < 60  # about 10 s on one free core; the budget leaves room for a busy machine
+
+
+def test_dataset_files_filters_like_allow_patterns_and_sorts(tmp_path, monkeypatch):
+    import huggingface_hub
+
+    from kvzap.hub_files import dataset_files
+
+    for name in ("4096/test-00001-of-00002.parquet", "4096/test-00000-of-00002.parquet", "4096/train-0.parquet",
+                 "16384/test-0.parquet", "README.md"):
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_bytes(b"x")
+    calls = []
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", lambda *a, **k: calls.append((a, k)) or str(tmp_path))
+    files = dataset_files("org/repo", "4096/*test*.parquet", revision="abc")
+    assert [f.relative_to(tmp_path).as_posix() for f in files] == ["4096/test-00000-of-00002.parquet",
+                                                                   "4096/test-00001-of-00002.parquet"]
+    assert calls == [(("org/repo",), {"repo_type": "dataset", "allow_patterns": ["4096/*test*.parquet"],
+                                      "revision": "abc"})]
+    with pytest.raises(FileNotFoundError, match=r"'8192/\*\.parquet'.*org/repo"):
+        dataset_files("org/repo", "8192/*.parquet")
+
+
+def test_nemotron_texts_stream_file_by_file_in_order(tmp_path, monkeypatch):
+    from kvzap import corpus
+
+    texts = [" lead", "trail\n", "naïve ✓", "数学", "\tboth\t"]
+    paths = [tmp_path / "part_0.parquet", tmp_path / "part_1.parquet"]
+    pd.DataFrame({"id": ["a", "b", "c"], "text": texts[:3]}).to_parquet(paths[0])
+    pd.DataFrame({"id": ["d", "e"], "text": texts[3:]}).to_parquet(paths[1])
+    asked = []
+    monkeypatch.setattr(corpus, "dataset_files", lambda repo, pattern: asked.append((repo, pattern)) or paths)
+    stream = corpus._hub_texts("Nemotron-SFT-Code", batch_rows=2)
+    assert asked == []  # nothing is fetched before the stream is read
+    assert list(stream) == texts
+    assert asked == [(NEMOTRON, "Nemotron-SFT-Code/*.parquet")]
