@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass
 
 from kvzap.assets import paul_graham_essays
+from kvzap.hub_files import dataset_files
 
 NEMOTRON = "nvidia/Nemotron-Pretraining-Dataset-sample"
 NEMOTRON_SUBSETS = (
@@ -59,11 +60,15 @@ def _pack(sentences: list[str], count, min_tokens: int, max_tokens: int) -> list
     return out
 
 
-def _hub_texts(subset: str):
-    from datasets import load_dataset
+def _hub_texts(subset: str, batch_rows: int = 256):
+    """The `text` column of one Nemotron subset (config `subset`, split "train": the `<subset>/*.parquet` files),
+    exactly as stored, in file order. Files are downloaded only when the stream reaches this subset, and read a
+    batch of rows at a time, so memory stays bounded whatever the file size."""
+    import pyarrow.parquet as pq
 
-    for row in load_dataset(NEMOTRON, subset, split="train", streaming=True):
-        yield row["text"]
+    for path in dataset_files(NEMOTRON, f"{subset}/*.parquet"):
+        for batch in pq.ParquetFile(path).iter_batches(batch_size=batch_rows, columns=["text"]):
+            yield from batch.column("text").to_pylist()
 
 
 def select(corpus: str, tokenizer, min_tokens: int, max_tokens: int, n_test: int, n_train: int) -> dict[str, list[Prompt]]:

@@ -2,7 +2,8 @@
 
 Sources:
   hub      `alessiodevoto/aime25` (split "test"; columns question, answer, and in kvpress's copy also
-           context " ", answer_prefix "" and max_new_tokens 32000).
+           context " ", answer_prefix "" and max_new_tokens 32000): its test parquet files, fetched with
+           huggingface_hub (kvzap.hub_files says why not datasets.load_dataset).
   offline  the same 30 problems and gold answers, shipped by the llama-cpp-python 0.3.36 sdist inside
            llama.cpp's benchmark results (`vendor/llama.cpp/benches/dgx-spark/aime25_*_allresults.json`:
            `convos[i][0].content` is a problem followed by a boxing instruction, `htmls[i]` holds
@@ -28,9 +29,11 @@ from pathlib import Path
 
 import pandas as pd
 
+from kvzap.hub_files import dataset_files
 from kvzap.metrics import aime_correct, extract_boxed, pass_at_k
 
 HUB_DATASET = "alessiodevoto/aime25"
+HUB_TEST_FILES = "*test*.parquet"  # the files load_dataset(HUB_DATASET, split="test") reads
 TASK = "aime25"
 # Qwen3's recommended thinking-mode sampling, as kvpress's evaluate_aime.py uses it (min_p 0 is the default).
 GENERATION = dict(
@@ -94,9 +97,8 @@ def _read_folder(folder: Path) -> pd.DataFrame:
 
 def _raw(source: str) -> pd.DataFrame:
     if source == "hub":
-        from datasets import load_dataset
-
-        return load_dataset(HUB_DATASET, split="test").to_pandas()
+        files = dataset_files(HUB_DATASET, HUB_TEST_FILES)
+        return pd.concat(map(pd.read_parquet, files), ignore_index=True)
     if source == "offline":
         path = offline_json_path()
         if not path.exists():

@@ -25,6 +25,7 @@ from typing import Callable
 import pandas as pd
 
 from kvzap.assets import paul_graham_essays
+from kvzap.hub_files import dataset_files
 from kvzap.metrics import ruler_score
 
 HUB_DATASET = "simonjegou/ruler"
@@ -306,12 +307,16 @@ def _from_hub_schema(df: pd.DataFrame, tasks: list[str] | None, n_samples: int |
     return df.reset_index(drop=True)
 
 
-def load_hub(context_tokens: int, tasks: list[str] | None = None, n_samples: int | None = None, seed: int = 42) -> pd.DataFrame:
-    """kvpress's RULER dataset (built with RULER's prepare.py and the Llama-3.1 tokenizer)."""
-    from datasets import load_dataset
+def load_hub(context_tokens: int, tasks: list[str] | None = None, n_samples: int | None = None, seed: int = 42,
+             revision: str | None = None) -> pd.DataFrame:
+    """kvpress's RULER dataset (built with RULER's prepare.py and the Llama-3.1 tokenizer): the test-split
+    parquet files of its `<context_tokens>/` folder, the rows `load_dataset(..., data_dir=, split="test")` gives."""
+    files = dataset_files(HUB_DATASET, f"{context_tokens}/*test*.parquet", revision)
+    return _from_hub_schema(_read_parquets(files), tasks, n_samples, seed)
 
-    df = load_dataset(HUB_DATASET, data_dir=str(context_tokens), split="test").to_pandas()
-    return _from_hub_schema(df, tasks, n_samples, seed)
+
+def _read_parquets(files: list[Path]) -> pd.DataFrame:
+    return pd.concat(map(pd.read_parquet, files), ignore_index=True)
 
 
 def load(source: str, subset: str, tokenizer, n_samples: int | None = None, seed: int = 42,
@@ -326,7 +331,7 @@ def load(source: str, subset: str, tokenizer, n_samples: int | None = None, seed
         files = sorted((Path(source.removeprefix("local:")) / subset).glob("*.parquet"))
         if not files:
             raise FileNotFoundError(f"No RULER parquet files under {source.removeprefix('local:')}/{subset}")
-        return _from_hub_schema(pd.concat(map(pd.read_parquet, files), ignore_index=True), tasks, n_samples, seed)
+        return _from_hub_schema(_read_parquets(files), tasks, n_samples, seed)
     if source != "offline":
         raise ValueError(f"Unknown RULER source {source!r}: use 'hub', 'offline' or 'local:<folder>'")
     wanted = list(tasks or TASKS)
