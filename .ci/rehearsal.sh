@@ -13,7 +13,8 @@ fail() { log "FAIL: $*"; echo "0 passed, 1 failed"; exit 1; }
 hub=$(mktemp -d /tmp/kvzap-hub.XXXXXX)
 trap 'rm -rf "$hub"' EXIT
 PYTHONPATH=$PWD python -m tests.rehearsal.build --cache "$hub" >&2
-export HF_HUB_CACHE=$hub HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 HF_DATASETS_CACHE=$hub/datasets
+export HF_HUB_CACHE=$hub HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 HF_DATASETS_CACHE=$hub/datasets \
+  KVZAP_DUO_PATTERNS=$hub/duo-attention-patterns
 export KVZAP_SLURM_PARTITION=${KVZAP_CI_PARTITION:-gpu} KVZAP_SLURM_ACCOUNT=${KVZAP_CI_ACCOUNT:-kvzap}
 rm -rf results/rehearsal
 

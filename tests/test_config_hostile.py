@@ -169,6 +169,7 @@ def test_labels_round_trip_exactly():
     assert plan.value_label(-4) == "-4" and plan.value_label(0.5) == "0.5"
     assert plan.value_label(-6.0000001) != plan.value_label(-6.0000002)
     config = copy.deepcopy(BASE)
+    config.pop("tables")
     model(config).update(thresholds=[-6.0000001, -6.0000002, -4.1234567])
     labels = [c.value for c in plan.cells(planned(config)) if c.method == "kvzap_mlp"]
     assert labels == ["-6.0000001", "-6.0000002", "-4.1234567"]

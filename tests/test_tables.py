@@ -6,6 +6,8 @@ import json
 import pandas as pd
 import pytest
 
+from kvzap import registry
+
 from cell_fixtures import write_aime_cell, write_cell
 from kvzap import aggregate, figures, overhead, tables
 from kvzap.pruning import KVzapPress
@@ -132,4 +134,4 @@ def test_overhead_names_missing_config_keys():
 
 
 def test_figure_1_names_duo_attention_on_the_fly():
-    assert figures.LABELS["duo_attention_on_the_fly"] == "DuoAttention (on the fly)"
+    assert registry.label("duo_attention_on_the_fly") == "DuoAttention (on the fly)"

@@ -23,25 +23,12 @@ import torch  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
 
 import kvzap  # noqa: E402
+from kvzap import registry  # noqa: E402
 from kvzap.io import atomic_path  # noqa: E402
 from kvzap.provenance import git_commit  # noqa: E402
 
-LABELS = {  # legend names, as the paper and the kvpress leaderboard write them
-    "full": "Full cache", "kvzap_linear": "KVzap-Linear", "kvzap_mlp": "KVzap-MLP",
-    "kvzap_mlp_head": "KVzap-MLP top-k per head", "kvzap_mlp_layer": "KVzap-MLP top-k per layer", "kvzip": "KVzip",
-    "kvzip_plus": "KVzip+", "random": "Random", "knorm": "Knorm",
-    "snapkv": "SnapKV", "expected_attention": "Expected Attention", "streaming_llm": "StreamingLLM",
-    "tova": "TOVA", "observed_attention": "Observed Attention", "qfilter": "Q-Filters",
-    "pyramidkv": "PyramidKV", "lagkv": "LagKV", "keydiff": "KeyDiff",
-    "adakv_compactor": "AdaKV-Compactor", "cur": "CUR", "duo_attention": "DuoAttention",
-    "duo_attention_on_the_fly": "DuoAttention (on the fly)",
-}
 MARKERS = "osD^vP*Xh<>p"
 STYLE = {"kvzap_mlp": dict(color="#76b900", lw=2.2), "kvzap_linear": dict(color="#1f6f3f", lw=2.2)}
-
-
-def _label(method: str) -> str:
-    return LABELS.get(method, method)
 
 
 def _save(fig, out: Path) -> None:
@@ -61,11 +48,11 @@ def _curves(ax, cells: pd.DataFrame, metric: str, methods: list[str] | None, lin
         if methods and method not in methods or metric not in group or group[metric].isna().all():
             continue
         if method == "full":
-            ax.axhline(group[metric].mean(), color="black", ls="--", lw=1, label=_label(method) if legend else None)
+            ax.axhline(group[metric].mean(), color="black", ls="--", lw=1, label=registry.label(method) if legend else None)
             continue
         group = group.sort_values("compression_ratio")
         ax.plot(group["compression_ratio"], group[metric], marker=MARKERS[i % len(MARKERS)], ms=4, ls=linestyle,
-                label=_label(method) if legend else None, **STYLE.get(method, {}))
+                label=registry.label(method) if legend else None, **STYLE.get(method, {}))
     ax.set_xlabel("Compression ratio")
     ax.grid(alpha=0.3)
 
@@ -127,7 +114,7 @@ def ratio_distribution(results: pd.DataFrame, spec: dict, out: Path, results_dir
     ax.violinplot([d for d in data if len(d)], showmedians=True)
     ax.set_xticks(range(1, len(names) + 1), names)
     ax.set_ylabel("Per-prompt compression ratio")
-    ax.set_title(spec.get("title", f"{_label(spec['method'])}, tau = {spec['value']:g}, {model}"))
+    ax.set_title(spec.get("title", f"{registry.label(spec['method'])}, tau = {spec['value']:g}, {model}"))
     _save(fig, out)
 
 

@@ -1,4 +1,4 @@
-"""Every compression method the pipeline can evaluate, by name: what it is parameterised by and how to build it.
+"""How to build the press of every method named in kvzap.registry (which says what each method is).
 
 KVzap methods are ours (physical eviction); the baselines are kvpress presses, configured as on the kvpress
 leaderboard (evaluation/leaderboard.sh and evaluate_registry.py as kvpress.md describes them).
@@ -6,24 +6,13 @@ leaderboard (evaluation/leaderboard.sh and evaluate_registry.py as kvpress.md de
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 import kvpress
 
-from kvzap import duo_patterns
-from kvzap.duo_patterns import duo_pattern_name  # noqa: F401  (config checks: is a DuoAttention pattern published?)
+from kvzap import duo_patterns, registry
 from kvzap.pruning import KVzapPress, TopKPerHeadPress, TopKPerLayerPress
-
-
-@dataclass(frozen=True)
-class Method:
-    parameter: str  # "none", "threshold" or "ratio": what the sweep varies
-    build: Callable  # (value, surrogates: {"linear": folder, "mlp": folder}, decoding: bool) -> press | None
-    surrogate: str | None = None  # which trained surrogate the method needs
-    attn_implementation: str | None = None  # forced attention implementation (None: the model's default)
-    needs_hub: bool = False  # downloads extra weights at run time (unavailable offline)
 
 
 def _ratio_press(factory: Callable) -> Callable:
@@ -37,8 +26,12 @@ def _ratio_press(factory: Callable) -> Callable:
     return build
 
 
-def _kvzap_threshold(kind: str) -> Callable:
-    return lambda threshold, surrogates, decoding: KVzapPress(str(surrogates[kind]), threshold=threshold, decoding=decoding)
+def _kvzap_threshold(name: str) -> Callable:
+    """KVzap at threshold τ with the registry's surrogate and window (the window ablation varies only that)."""
+    info = registry.METHODS[name]
+    window = {} if info.window is None else {"window": info.window}
+    return lambda threshold, surrogates, decoding: KVzapPress(str(surrogates[info.surrogate]), threshold=threshold,
+                                                              decoding=decoding, **window)
 
 
 def _kvzap_topk(press_cls, kind: str) -> Callable:
@@ -65,44 +58,39 @@ class PublishedDuoAttentionPress(kvpress.DuoAttentionPress):
         return sink_size, recent_size, scores
 
 
-REGISTRY: dict[str, Method] = {
-    "full": Method("none", lambda value, surrogates, decoding: None),
-    "kvzap_linear": Method("threshold", _kvzap_threshold("linear"), "linear"),
-    "kvzap_mlp": Method("threshold", _kvzap_threshold("mlp"), "mlp"),
-    "kvzap_mlp_head": Method("ratio", _kvzap_topk(TopKPerHeadPress, "mlp"), "mlp"),
-    "kvzap_mlp_layer": Method("ratio", _kvzap_topk(TopKPerLayerPress, "mlp"), "mlp"),
-    "kvzip": Method("ratio", _ratio_press(kvpress.KVzipPress)),
-    "kvzip_plus": Method("ratio", _ratio_press(lambda: kvpress.KVzipPress(kvzip_plus_normalization=True))),
-    "random": Method("ratio", _ratio_press(lambda: kvpress.RandomPress(seed=42))),
-    "knorm": Method("ratio", _ratio_press(kvpress.KnormPress)),
-    "snapkv": Method("ratio", _ratio_press(kvpress.SnapKVPress)),
-    "expected_attention": Method(
-        "ratio", _ratio_press(lambda: kvpress.AdaKVPress(kvpress.ExpectedAttentionPress(epsilon=1e-2)))),
-    "streaming_llm": Method("ratio", _ratio_press(kvpress.StreamingLLMPress)),
-    "tova": Method("ratio", _ratio_press(kvpress.TOVAPress)),
-    "observed_attention": Method("ratio", _ratio_press(kvpress.ObservedAttentionPress), attn_implementation="eager"),
-    "qfilter": Method("ratio", _ratio_press(kvpress.QFilterPress), needs_hub=True),
-    "pyramidkv": Method("ratio", _ratio_press(kvpress.PyramidKVPress)),
-    "lagkv": Method("ratio", _ratio_press(kvpress.LagKVPress)),
-    "keydiff": Method("ratio", _ratio_press(kvpress.KeyDiffPress)),
-    "adakv_compactor": Method("ratio", _ratio_press(lambda: kvpress.AdaKVPress(kvpress.CompactorPress()))),
-    "cur": Method("ratio", _ratio_press(kvpress.CURPress)),
-    "duo_attention": Method(
-        "ratio", lambda ratio, surrogates, decoding: PublishedDuoAttentionPress(head_compression_ratio=ratio),
-        needs_hub=True),
+# name -> (value, surrogates {"linear": folder, "mlp": folder}, decoding) -> press (None: the full cache)
+PRESSES: dict[str, Callable] = {
+    "full": lambda value, surrogates, decoding: None,
+    "kvzap_linear": _kvzap_threshold("kvzap_linear"),
+    "kvzap_mlp": _kvzap_threshold("kvzap_mlp"),
+    "kvzap_mlp_w0": _kvzap_threshold("kvzap_mlp_w0"),
+    "kvzap_mlp_w512": _kvzap_threshold("kvzap_mlp_w512"),
+    "kvzap_mlp_head": _kvzap_topk(TopKPerHeadPress, "mlp"),
+    "kvzap_mlp_layer": _kvzap_topk(TopKPerLayerPress, "mlp"),
+    "kvzip": _ratio_press(kvpress.KVzipPress),
+    "kvzip_plus": _ratio_press(lambda: kvpress.KVzipPress(kvzip_plus_normalization=True)),
+    "random": _ratio_press(lambda: kvpress.RandomPress(seed=42)),
+    "knorm": _ratio_press(kvpress.KnormPress),
+    "snapkv": _ratio_press(kvpress.SnapKVPress),
+    "expected_attention": _ratio_press(lambda: kvpress.AdaKVPress(kvpress.ExpectedAttentionPress(epsilon=1e-2))),
+    "streaming_llm": _ratio_press(kvpress.StreamingLLMPress),
+    "tova": _ratio_press(kvpress.TOVAPress),
+    "observed_attention": _ratio_press(kvpress.ObservedAttentionPress),
+    "qfilter": _ratio_press(kvpress.QFilterPress),
+    "pyramidkv": _ratio_press(kvpress.PyramidKVPress),
+    "lagkv": _ratio_press(kvpress.LagKVPress),
+    "keydiff": _ratio_press(kvpress.KeyDiffPress),
+    "adakv_compactor": _ratio_press(lambda: kvpress.AdaKVPress(kvpress.CompactorPress())),
+    "cur": _ratio_press(kvpress.CURPress),
+    "duo_attention": lambda ratio, surrogates, decoding: PublishedDuoAttentionPress(head_compression_ratio=ratio),
     # head scores computed from kmfoda/booksum samples (Hub dataset) with the model's tokenizer
-    "duo_attention_on_the_fly": Method(
-        "ratio", lambda ratio, surrogates, decoding: kvpress.DuoAttentionPress(head_compression_ratio=ratio,
-                                                                                on_the_fly_scoring=True),
-        needs_hub=True),
+    "duo_attention_on_the_fly": lambda ratio, surrogates, decoding: kvpress.DuoAttentionPress(
+        head_compression_ratio=ratio, on_the_fly_scoring=True),
 }
 
 
-def get(name: str) -> Method:
-    try:
-        return REGISTRY[name]
-    except KeyError:
-        raise ValueError(f"Unknown method {name!r}; known methods: {', '.join(sorted(REGISTRY))}.") from None
+def get(name: str) -> registry.MethodInfo:
+    return registry.info(name)
 
 
 def build(name: str, value: float | None, surrogates: dict[str, Path], decoding: bool = False):
@@ -110,5 +98,5 @@ def build(name: str, value: float | None, surrogates: dict[str, Path], decoding:
     method = get(name)
     if method.parameter != "none" and value is None:
         raise ValueError(f"Method {name!r} needs a {method.parameter}.")
-    return method.build(value, surrogates, decoding)
+    return PRESSES[name](value, surrogates, decoding)
 

@@ -1,7 +1,7 @@
 """What every compression method is, by name, without importing torch: the one list the config checks, the sweep,
 the tables and the figure legends read. `kvzap.methods` turns a name into a press.
 
-Adding a method is one entry here plus its press factory in `kvzap.methods` (a test checks both lists agree).
+Adding a method is one entry here plus its press factory in `kvzap.methods.PRESSES` (a test checks both agree).
 """
 
 from __future__ import annotations
@@ -16,11 +16,12 @@ class MethodInfo:
     surrogate: str | None = None  # which trained surrogate ("linear" / "mlp") the method needs
     needs_hub: bool = False  # loads extra Hub/GitHub assets at run time (unavailable to offline models)
     window: int | None = None  # KVzap's protected window of recent tokens, when it is not the default 128
+    attn_implementation: str | None = None  # forced attention implementation (None: the model's default)
 
     @property
     def kvzap(self) -> bool:
-        """Thresholded KVzap: the methods Table 2 and the τ sweep are about."""
-        return self.parameter == "threshold"
+        """Thresholded KVzap at the paper's window: the methods Table 2 is about."""
+        return self.parameter == "threshold" and self.window is None
 
 
 METHODS: dict[str, MethodInfo] = {
@@ -28,8 +29,8 @@ METHODS: dict[str, MethodInfo] = {
     "kvzap_linear": MethodInfo("threshold", "KVzap-Linear", "linear"),
     "kvzap_mlp": MethodInfo("threshold", "KVzap-MLP", "mlp"),
     # the paper's window ablation (§3.8, LongBench LCC): the same surrogate and τ with w = 0 and w = 512
-    "kvzap_mlp_w0": MethodInfo("threshold", "KVzap-MLP, window 0", "mlp", window=0),
-    "kvzap_mlp_w512": MethodInfo("threshold", "KVzap-MLP, window 512", "mlp", window=512),
+    "kvzap_mlp_w0": MethodInfo("threshold", "KVzap-MLP (window 0)", "mlp", window=0),
+    "kvzap_mlp_w512": MethodInfo("threshold", "KVzap-MLP (window 512)", "mlp", window=512),
     # the paper's Fig. 5 ablation: fixed top-k instead of a threshold
     "kvzap_mlp_head": MethodInfo("ratio", "KVzap-MLP top-k per head", "mlp"),
     "kvzap_mlp_layer": MethodInfo("ratio", "KVzap-MLP top-k per layer", "mlp"),
@@ -41,7 +42,7 @@ METHODS: dict[str, MethodInfo] = {
     "expected_attention": MethodInfo("ratio", "Expected Attention"),
     "streaming_llm": MethodInfo("ratio", "StreamingLLM"),
     "tova": MethodInfo("ratio", "TOVA"),
-    "observed_attention": MethodInfo("ratio", "Observed Attention"),
+    "observed_attention": MethodInfo("ratio", "Observed Attention", attn_implementation="eager"),
     "qfilter": MethodInfo("ratio", "Q-Filters", needs_hub=True),
     "pyramidkv": MethodInfo("ratio", "PyramidKV"),
     "lagkv": MethodInfo("ratio", "LagKV"),

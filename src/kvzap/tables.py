@@ -9,21 +9,22 @@ where the cells hold fewer than 4 rollouts; the `metric` column says which).
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from kvzap import registry
 from kvzap.benchmarks import aime
 from kvzap.predictions import read_predictions
 
-KVZAP_METHODS = ("kvzap_linear", "kvzap_mlp")
+KVZAP_METHODS = registry.KVZAP_METHODS
 AIME_TYPE = "aime25"
 TABLE2_COLUMNS = ["model", "benchmark", "metric", "n_subsets", "full", "kvzap", "compression_ratio", "method", "value"]
-# Window ablation (paper §3.8): kvzap_mlp keeps KVzapPress's default window; kvzap_mlp_w<N> keeps N tokens.
+# Window ablation (paper §3.8): KVzap-MLP at KVzapPress's default window and the registry's window variants.
 DEFAULT_WINDOW = 128
-WINDOW_METHOD = re.compile(r"^kvzap_mlp(?:_w(\d+))?$")
+WINDOWS = {name: DEFAULT_WINDOW if info.window is None else info.window for name, info in registry.METHODS.items()
+           if info.parameter == "threshold" and info.surrogate == "mlp"}
 ABLATION_SUBSET = "lcc"
 
 
@@ -123,9 +124,8 @@ def best_configurations(results: pd.DataFrame, tolerance: float = 1.0) -> pd.Dat
 
 def window_ablation(results: pd.DataFrame) -> pd.DataFrame:
     """Paper §3.8: KVzap-MLP on LongBench LCC with sliding windows 0 / 128 / 512 (methods kvzap_mlp[_w<N>])."""
-    windows = results["method"].str.extract(WINDOW_METHOD.pattern, expand=False)
-    cells = results[results["method"].str.fullmatch(WINDOW_METHOD.pattern) & (results["subset"] == ABLATION_SUBSET)]
-    table = cells.assign(window=windows[cells.index].fillna(str(DEFAULT_WINDOW)).astype(int), score=cells["average"])
+    cells = results[results["method"].isin(WINDOWS) & (results["subset"] == ABLATION_SUBSET)]
+    table = cells.assign(window=cells["method"].map(WINDOWS).astype(int), score=cells["average"])
     columns = ["model", "window", "value", "score", "compression_ratio"]
     return table[columns].sort_values(["model", "value", "window"]).reset_index(drop=True)
 

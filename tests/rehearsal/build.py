@@ -2,7 +2,8 @@
 Q-Filters and DuoAttention assets, and a few rows of every dataset the paper config reads, all under the real ids.
 
     python -m tests.rehearsal.build --cache <folder>
-    HF_HUB_CACHE=<folder> HF_HUB_OFFLINE=1 snakemake --configfile config/rehearsal.yaml ...
+    HF_HUB_CACHE=<folder> HF_DATASETS_CACHE=<folder>/datasets HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 \
+    KVZAP_DUO_PATTERNS=<folder>/duo-attention-patterns snakemake all --configfile config/rehearsal.yaml
 """
 
 from __future__ import annotations
@@ -10,16 +11,26 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+import yaml
+from transformers import AutoTokenizer
+
 from tests.rehearsal import hub_datasets, hub_models
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cache", type=Path, required=True, help="the Hub cache folder to fill (HF_HUB_CACHE)")
+    parser.add_argument("--config", type=Path, default=ROOT / "config" / "rehearsal.yaml",
+                        help="sizes the Nemotron rows to its oracle token window")
     args = parser.parse_args()
+    oracle = yaml.safe_load(args.config.read_text())["oracle"]
     args.cache.mkdir(parents=True, exist_ok=True)
-    hub_models.build(args.cache)
-    hub_datasets.build(args.cache)
+    hub_models.build(args.cache)  # the DuoAttention mirror lands in <cache>/duo-attention-patterns
+    tokenizer = AutoTokenizer.from_pretrained(ROOT / ".cache" / "tokenizers" / "llama3_1")  # RULER's Hub data used it
+    hub_datasets.build(args.cache, tokenizer, min_tokens=oracle["min_tokens"], max_tokens=oracle["max_tokens"],
+                       datasets_cache=args.cache / "datasets")
     print(f"offline Hub written to {args.cache}")
 
 

@@ -33,7 +33,7 @@ import pandas as pd
 from kvzap.assets import package_dir, paul_graham_essays
 from kvzap.benchmarks import aime, longbench, ruler
 from kvzap.corpus import NEMOTRON, NEMOTRON_SUBSETS
-from rehearsal.hub_cache import write_repo
+from tests.rehearsal.hub_cache import write_repo
 
 RULER_LENGTHS = (4096, 16384)
 BOOKSUM = "kmfoda/booksum"
