@@ -64,8 +64,8 @@ def _synthetic_split(folder, n=600, layers=2, dim=12, heads=2, seed=0, shard=200
                           {"h": x[start:start + shard].to(dtype), "y": y[start:start + shard],
                            "prompt": torch.arange(start, min(start + shard, n))})
               for i, start in enumerate(range(0, n, shard))]
-    (folder / "manifest.json").write_text(json.dumps(
-        {"shards": shards, "hidden_size": dim, "n_kv_heads": heads, "n_layers": layers, "params_hash": f"synthetic-{seed}"}))
+    (folder / "manifest.json").write_text(json.dumps({"shards": shards, "hidden_size": dim, "n_kv_heads": heads,
+                                                      "n_layers": layers, "params_hash": f"synthetic-{seed}"}))
     return x, y
 
 

@@ -151,3 +151,15 @@ def test_mlp_stops_on_non_finite_weights(tmp_path):
     with pytest.raises(FloatingPointError, match="diverged in epoch 1: the weights are no longer finite"):
         train.fit_mlp(tmp_path / "train", tmp_path / "out", **{**KWARGS, "lr": float("inf"), "batch_size": 1024})
     assert not (tmp_path / "out" / "checkpoint.safetensors").exists()
+
+
+def test_checkpoint_without_recorded_settings_is_discarded(tmp_path, capsys):
+    """A checkpoint of an older kvzap (no settings in its header) cannot be trusted to match: restart."""
+    from safetensors.torch import save_file
+
+    _synthetic_split(tmp_path / "train")
+    (tmp_path / "out").mkdir()
+    save_file({"model.layers.0.0.weight": torch.zeros(8, 12)}, str(tmp_path / "out" / "checkpoint.safetensors"))
+    _, history = train.fit_mlp(tmp_path / "train", tmp_path / "out", **{**KWARGS, "epochs": 1})
+    assert "made with different kvzap version" in capsys.readouterr().out
+    assert [h["epoch"] for h in history] == [1]

@@ -8,7 +8,7 @@ Layout of `out_dir` (one folder per split):
     manifest.json                  written last: settings, dims, per-shard counts and sha256; its presence = complete
 RAM holds at most one shard; a killed run resumes after the last complete shard (shards are written
 atomically). Token sampling is seeded per prompt, so reruns and resumes sample the same tokens.
-Non-finite hidden states or scores stop the collection, naming the prompt, before anything is written.
+Non-finite hidden states or scores stop the collection, naming the prompt; its pairs are never written.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def _resume_point(out_dir: Path, settings: dict) -> tuple[int, list[dict]]:
     return 0, []
 
 
-def shard_settings(settings: dict, model, model_record: dict, prompts: list[corpus.Prompt],
+def _shard_settings(settings: dict, model, model_record: dict, prompts: list[corpus.Prompt],
                    tokens_per_prompt: int, shard_tokens: int, seed: int) -> dict:
     """The caller's settings plus everything else the shards depend on: resuming requires all of it unchanged."""
     texts = hashlib.sha256("\0".join(prompt.text for prompt in prompts).encode()).hexdigest()
@@ -76,7 +76,7 @@ def _finite_pair(h: torch.Tensor, y: torch.Tensor, prompt: corpus.Prompt, index:
 def collect_split(model, tokenizer, prompts: list[corpus.Prompt], out_dir: Path, settings: dict,
                   tokens_per_prompt: int, shard_tokens: int, seed: int, model_record: dict) -> dict:
     out_dir.mkdir(parents=True, exist_ok=True)
-    settings = shard_settings(settings, model, model_record, prompts, tokens_per_prompt, shard_tokens, seed)
+    settings = _shard_settings(settings, model, model_record, prompts, tokens_per_prompt, shard_tokens, seed)
     start, shards = _resume_point(out_dir, settings)
     buffer: dict[str, list[torch.Tensor]] = {"h": [], "y": [], "prompt": []}
 

@@ -23,7 +23,7 @@ from safetensors.torch import load_file, save_file
 from kvzap.io import atomic_path
 
 TENSOR_NAMES = {"h", "y", "prompt"}
-# safetensors dtype -> (numpy storage dtype, torch dtype); bf16 has no numpy dtype, so it is stored as int16 and reinterpreted
+# safetensors dtype -> (numpy storage dtype, torch dtype); bf16 has no numpy dtype: stored as int16, reinterpreted
 DTYPES = {
     "BF16": (np.int16, torch.bfloat16),
     "F16": (np.float16, torch.float16),
@@ -77,7 +77,7 @@ def shard_record(path: Path) -> dict:
         return {"file": path.name, "n": int(record["n"]), "last_prompt": int(record["last_prompt"]),
                 "sha256": str(record["sha256"])}
     except (KeyError, TypeError, ValueError) as err:
-        raise _corrupt(path, f"no valid record in its header ({err!r}; shards of older kvzap versions carry no checksum)") from err
+        raise _corrupt(path, f"no valid record in its header ({err!r}; older kvzap wrote none)") from err
 
 
 def _check_aligned(path: Path, lengths: dict[str, int], record: dict) -> None:
@@ -108,7 +108,8 @@ def _memmaps(path: Path) -> dict[str, tuple[np.memmap, torch.dtype]]:
             begin, end = info["data_offsets"]
             if end - begin != int(np.prod(info["shape"])) * np.dtype(storage).itemsize:
                 raise ValueError(f"{name}: data_offsets do not match shape {info['shape']}")
-            maps[name] = (np.memmap(path, dtype=storage, mode="r", offset=start + begin, shape=tuple(info["shape"])), dtype)
+            array = np.memmap(path, dtype=storage, mode="r", offset=start + begin, shape=tuple(info["shape"]))
+            maps[name] = (array, dtype)
     except (KeyError, TypeError, ValueError, OSError) as err:
         raise _corrupt(path, f"truncated or malformed ({err!r})") from err
     return maps

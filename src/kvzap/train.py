@@ -89,7 +89,7 @@ def _split(total: int, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarr
     return (~chosen).nonzero()[:, 0].numpy(), chosen.nonzero()[:, 0].numpy()
 
 
-def epoch_batches(train_index: np.ndarray, batch_size: int, seed: int, epoch: int) -> list[np.ndarray]:
+def _epoch_batches(train_index: np.ndarray, batch_size: int, seed: int, epoch: int) -> list[np.ndarray]:
     """One epoch's minibatches: a permutation of all training pairs across every shard, seeded per epoch
     so a resumed run draws exactly what an unbroken one would."""
     order = np.random.default_rng([seed, epoch]).permutation(train_index)
@@ -125,13 +125,15 @@ def _load_checkpoint(out: Path, run: dict, model, optimizer, scheduler) -> tuple
         return 0, []
     try:
         with safe_open(str(path), framework="pt") as f:
-            state = json.loads(f.metadata()["state"])
+            state = json.loads((f.metadata() or {}).get("state", "{}"))
         tensors = load_file(str(path))
     except Exception as err:  # safetensors raises several types for a truncated file
         raise ValueError(f"Corrupt training checkpoint {path}: {err!r}. Delete it to restart training.") from err
-    if state["run"] != run:
-        changed = sorted(k for k in run.keys() | state["run"].keys() if run.get(k) != state["run"].get(k))
-        print(f"Discarding {path}: it was made with different {', '.join(changed)}; training restarts from epoch 0.")
+    made_with = state.get("run")
+    if made_with != run:
+        changed = (", ".join(sorted(k for k in run.keys() | made_with.keys() if run.get(k) != made_with.get(k)))
+                   if made_with else "kvzap version (it records no settings)")
+        print(f"Discarding {path}: it was made with different {changed}; training restarts from epoch 0.")
         path.unlink()
         return 0, []
     model.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("model.")})
@@ -176,7 +178,7 @@ def fit_mlp(folder: Path, out: Path, epochs: int = 15, lr: float = 5e-3, batch_s
     for epoch in range(start, epochs):
         model.train()
         train_loss, seen = 0.0, 0
-        bar = tqdm(epoch_batches(train_index, batch_size, seed, epoch), desc=f"mlp epoch {epoch + 1}/{epochs}")
+        bar = tqdm(_epoch_batches(train_index, batch_size, seed, epoch), desc=f"mlp epoch {epoch + 1}/{epochs}")
         for idx in bar:
             xb, yb = rows.gather("h", idx).to(device, torch.float32), rows.gather("y", idx).to(device, torch.float32)
             loss = torch.nn.functional.mse_loss(model(xb), yb)
