@@ -6,11 +6,14 @@ finished; Snakemake additionally marks a running job's outputs incomplete until 
 
 import os
 import signal
+import stat
 import subprocess
 import sys
 import textwrap
 import time
 from pathlib import Path
+
+import pytest
 
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -89,3 +92,22 @@ def test_snakemake_reruns_a_job_killed_halfway(tmp_path):
                          capture_output=True, text=True, timeout=120)
     assert dry.returncode == 0, dry.stderr
     assert "rule write:" in dry.stdout + dry.stderr
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o002])
+def test_outputs_are_created_with_the_users_umask(tmp_path, umask):
+    """A group-shared project directory must stay readable: 0666 & ~umask, as open() would create."""
+    import torch
+    from safetensors.torch import save_file
+
+    from kvzap.io import atomic_path, atomic_write_json
+
+    previous = os.umask(umask)
+    try:
+        atomic_write_json(tmp_path / "metrics.json", {"a": 1})
+        with atomic_path(tmp_path / "weights.safetensors") as tmp:
+            save_file({"w": torch.zeros(2)}, str(tmp))
+    finally:
+        os.umask(previous)
+    for name in ("metrics.json", "weights.safetensors"):
+        assert stat.S_IMODE((tmp_path / name).stat().st_mode) == 0o666 & ~umask, name

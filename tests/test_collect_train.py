@@ -5,11 +5,11 @@ import json
 import numpy as np
 import pytest
 import torch
-from safetensors.torch import save_file
 
 from kvzap import train
-from kvzap.collect import collect_split, read_shard
+from kvzap.collect import collect_split
 from kvzap.corpus import Prompt
+from kvzap.shards import read_shard, write_shard
 from tiny_models import TEXT, tiny_model, tiny_tokenizer
 
 SETTINGS = {"test": 1}
@@ -53,20 +53,19 @@ def test_truncated_shard_named(tmp_path):
         read_shard(shard)
 
 
-def _synthetic_split(folder, n=600, layers=2, dim=12, heads=2, seed=0, shard=200):
+def _synthetic_split(folder, n=600, layers=2, dim=12, heads=2, seed=0, shard=200, dtype=torch.float32):
+    """Shards of y = x W - 6 + noise (prompt = row index), written as kvzap.collect writes them."""
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(n, layers, dim, generator=g) * 3 + 1
     w = torch.randn(layers, dim, heads, generator=g)
     y = torch.einsum("nld,ldh->nlh", x, w) - 6 + 0.3 * torch.randn(n, layers, heads, generator=g)
     folder.mkdir(parents=True)
-    shards = []
-    for i, start in enumerate(range(0, n, shard)):
-        name = f"shard-{i:05d}.safetensors"
-        save_file({"h": x[start:start + shard].contiguous(), "y": y[start:start + shard].contiguous(),
-                   "prompt": torch.zeros(min(shard, n - start), dtype=torch.int64)}, str(folder / name))
-        shards.append({"file": name, "n": min(shard, n - start)})
-    (folder / "manifest.json").write_text(json.dumps(
-        {"shards": shards, "hidden_size": dim, "n_kv_heads": heads, "n_layers": layers}))
+    shards = [write_shard(folder / f"shard-{i:05d}.safetensors",
+                          {"h": x[start:start + shard].to(dtype), "y": y[start:start + shard],
+                           "prompt": torch.arange(start, min(start + shard, n))})
+              for i, start in enumerate(range(0, n, shard))]
+    (folder / "manifest.json").write_text(json.dumps({"shards": shards, "hidden_size": dim, "n_kv_heads": heads,
+                                                      "n_layers": layers, "params_hash": f"synthetic-{seed}"}))
     return x, y
 
 
@@ -97,8 +96,8 @@ def test_mlp_learns_and_resumes_identically(tmp_path, monkeypatch):
 
     save = train._save_checkpoint
 
-    def killed_after_second_epoch(out, model, optimizer, scheduler, epoch):
-        save(out, model, optimizer, scheduler, epoch)
+    def killed_after_second_epoch(out, run, model, optimizer, scheduler, epoch, history):
+        save(out, run, model, optimizer, scheduler, epoch, history)
         if epoch == 1:
             raise KeyboardInterrupt
 

@@ -1,29 +1,31 @@
 """Oracle data collection: (attention input h, log KVzip+ score) pairs, streamed to sharded files.
 
 Layout of `out_dir` (one folder per split):
-    settings.json                  what the shards were made with; a mismatch restarts from scratch
+    settings.json                  everything that determines the shards (model revision and dtype, the
+                                   prompts' sha256, sampling, seed...); a mismatch restarts from scratch
     shard-00000.safetensors        h (N, L, D) in the model's dtype, y (N, L, H) float32,
-    ...                            prompt (N,) int64 = prompt index in the split; header metadata: record = {n, last_prompt}
-    manifest.json                  written last: settings, dims, per-shard counts; its presence = complete
+    ...                            prompt (N,) int64 = prompt index in the split; format and checksum: kvzap.shards
+    manifest.json                  written last: settings, dims, per-shard counts and sha256; its presence = complete
 RAM holds at most one shard; a killed run resumes after the last complete shard (shards are written
 atomically). Token sampling is seeded per prompt, so reruns and resumes sample the same tokens.
+Non-finite hidden states or scores stop the collection, naming the prompt; its pairs are never written.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorError, safe_open
-from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
 from kvzap import corpus, models
-from kvzap.io import atomic_path, atomic_write_json
+from kvzap.io import atomic_write_json
 from kvzap.oracle import build_repeat_prompt, oracle_scores
 from kvzap.provenance import stamp
+from kvzap.shards import shard_record, write_shard
 
 SHARD_GLOB = "shard-*.safetensors"
 
@@ -33,31 +35,11 @@ def sample_positions(n_context: int, n_tokens: int, seed: int, prompt_index: int
     return torch.randperm(n_context, generator=generator)[:n_tokens].sort().values
 
 
-def read_shard(path: Path) -> dict[str, torch.Tensor]:
-    try:
-        shard = load_file(str(path))
-    except (SafetensorError, OSError) as err:
-        raise ValueError(f"Corrupt or truncated oracle shard {path}: {err}. Delete it and rerun the collection.") from err
-    if set(shard) != {"h", "y", "prompt"} or not (len(shard["h"]) == len(shard["y"]) == len(shard["prompt"])):
-        raise ValueError(f"Oracle shard {path} does not hold aligned h / y / prompt tensors: delete it and rerun.")
-    return shard
-
-
-def _shard_record(path: Path) -> dict:
-    """A complete shard's manifest entry, from its header alone (resuming never reads the tensors)."""
-    try:
-        with safe_open(str(path), framework="pt") as shard:
-            record = json.loads((shard.metadata() or {})["record"])
-        return {"file": path.name, "n": int(record["n"]), "last_prompt": int(record["last_prompt"])}
-    except (SafetensorError, OSError, KeyError, ValueError) as err:
-        raise ValueError(f"Corrupt or truncated oracle shard {path}: {err!r}. Delete it and rerun the collection.") from err
-
-
 def _resume_point(out_dir: Path, settings: dict) -> tuple[int, list[dict]]:
     """Prompts already covered by complete shards; stale shards from other settings are removed."""
     settings_file = out_dir / "settings.json"
     if settings_file.exists() and json.loads(settings_file.read_text()) == settings:
-        records = [_shard_record(path) for path in sorted(out_dir.glob(SHARD_GLOB))]
+        records = [shard_record(path) for path in sorted(out_dir.glob(SHARD_GLOB))]
         return (records[-1]["last_prompt"] + 1 if records else 0), records
     for path in out_dir.glob(SHARD_GLOB):
         path.unlink()
@@ -66,22 +48,43 @@ def _resume_point(out_dir: Path, settings: dict) -> tuple[int, list[dict]]:
     return 0, []
 
 
+def _shard_settings(settings: dict, model, model_record: dict, prompts: list[corpus.Prompt],
+                   tokens_per_prompt: int, shard_tokens: int, seed: int) -> dict:
+    """The caller's settings plus everything else the shards depend on: resuming requires all of it unchanged."""
+    texts = hashlib.sha256("\0".join(prompt.text for prompt in prompts).encode()).hexdigest()
+    return {
+        **settings,
+        "model_id": model_record["model_id"],
+        "model_revision": model_record["revision"],
+        "model_dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
+        "prompts_sha256": texts,
+        "n_prompts": len(prompts),
+        "tokens_per_prompt": tokens_per_prompt,
+        "shard_tokens": shard_tokens,
+        "seed": seed,
+    }
+
+
+def _finite_pair(h: torch.Tensor, y: torch.Tensor, prompt: corpus.Prompt, index: int) -> None:
+    for name, tensor in (("hidden states", h), ("log KVzip+ scores", y)):
+        if not torch.isfinite(tensor).all():
+            raise ValueError(
+                f"Prompt {index} of the split ({prompt.subset} #{prompt.index}) gave non-finite {name}; nothing was "
+                "written for it. Check the model's dtype (try --dtype float32 or bfloat16) or drop this prompt.")
+
+
 def collect_split(model, tokenizer, prompts: list[corpus.Prompt], out_dir: Path, settings: dict,
                   tokens_per_prompt: int, shard_tokens: int, seed: int, model_record: dict) -> dict:
     out_dir.mkdir(parents=True, exist_ok=True)
+    settings = _shard_settings(settings, model, model_record, prompts, tokens_per_prompt, shard_tokens, seed)
     start, shards = _resume_point(out_dir, settings)
     buffer: dict[str, list[torch.Tensor]] = {"h": [], "y": [], "prompt": []}
 
     def flush():
         if not buffer["y"]:
             return
-        path = out_dir / f"shard-{len(shards):05d}.safetensors"
-        tensors = {k: torch.cat(v).contiguous() for k, v in buffer.items()}
-        record = {"file": path.name, "n": len(tensors["y"]), "last_prompt": int(tensors["prompt"].max())}
-        with atomic_path(path) as tmp:
-            # one metadata key: safetensors writes several in random order, and shards must be reproducible
-            save_file(tensors, str(tmp), metadata={"record": json.dumps({k: record[k] for k in ("n", "last_prompt")})})
-        shards.append(record)
+        tensors = {k: torch.cat(v) for k, v in buffer.items()}
+        shards.append(write_shard(out_dir / f"shard-{len(shards):05d}.safetensors", tensors))
         for v in buffer.values():
             v.clear()
 
@@ -90,10 +93,13 @@ def collect_split(model, tokenizer, prompts: list[corpus.Prompt], out_dir: Path,
         n_context = prompt.context.stop - prompt.context.start
         positions = sample_positions(n_context, tokens_per_prompt, seed, index)
         scores = oracle_scores(model, prompt, keep_positions=positions)
-        buffer["h"].append(scores.hidden.transpose(0, 1))  # (n, L, D)
-        buffer["y"].append(scores.kvzip_plus_log[:, :, positions].permute(2, 0, 1).float())  # (n, L, H)
+        h = scores.hidden.transpose(0, 1)  # (n, L, D)
+        y = scores.kvzip_plus_log[:, :, positions].permute(2, 0, 1).float()  # (n, L, H)
+        _finite_pair(h, y, prompts[index], index)
+        buffer["h"].append(h)
+        buffer["y"].append(y)
         buffer["prompt"].append(torch.full((len(positions),), index, dtype=torch.int64))
-        if sum(len(y) for y in buffer["y"]) >= shard_tokens:
+        if sum(len(part) for part in buffer["y"]) >= shard_tokens:
             flush()
     flush()
 
@@ -103,7 +109,7 @@ def collect_split(model, tokenizer, prompts: list[corpus.Prompt], out_dir: Path,
         "n_layers": config.num_hidden_layers,
         "hidden_size": config.hidden_size,
         "n_kv_heads": config.num_key_value_heads,
-        "dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
+        "dtype": settings["model_dtype"],
         "n_prompts": len(prompts),
         "n_pairs": sum(s["n"] for s in shards),
         "shards": shards,
@@ -133,10 +139,8 @@ def main() -> None:
     prompts = corpus.select(args.corpus, tokenizer, args.min_tokens, args.max_tokens, args.n_test, args.n_train)
     for split in ("test", "train"):
         settings = {
-            "model_id": record["model_id"], "corpus": args.corpus, "split": split,
-            "token_length": [args.min_tokens, args.max_tokens], "n_test": args.n_test, "n_train": args.n_train,
-            "tokens_per_prompt": args.tokens_per_prompt, "shard_tokens": args.shard_tokens,
-            "dtype": args.dtype, "seed": args.seed,
+            "corpus": args.corpus, "split": split, "token_length": [args.min_tokens, args.max_tokens],
+            "n_test": args.n_test, "n_train": args.n_train, "dtype": args.dtype,
         }
         manifest = collect_split(model, tokenizer, prompts[split], args.out / split, settings,
                                  args.tokens_per_prompt, args.shard_tokens, args.seed, record)

@@ -1,12 +1,25 @@
-"""Atomic file writes: a killed job never leaves a file that looks complete."""
+"""Atomic file writes: a killed job never leaves a file that looks complete.
+
+Outputs get the mode `open()` would give them (0666 & ~umask), so a group-shared project directory
+stays readable by the group: tempfile.mkstemp would force 0600, and so do writers that replace the
+temporary file with their own (safetensors' save_file does), hence the mode is restored before the rename.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import os
-import tempfile
+import secrets
+import stat
 from pathlib import Path
+
+
+def _create_temporary(path: Path) -> Path:
+    """A new, empty, hidden file beside `path`; O_EXCL guarantees it is ours, mode 0666 lets the umask apply."""
+    tmp = path.parent / f".{path.name}.{secrets.token_hex(8)}.tmp"
+    os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+    return tmp
 
 
 @contextlib.contextmanager
@@ -14,10 +27,12 @@ def atomic_path(path: Path | str):
     """Yield a temporary path beside `path`; rename it into place only if the block succeeds."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
+    tmp = _create_temporary(path)
+    mode = stat.S_IMODE(tmp.stat().st_mode)  # what the umask (and any default ACL) gave a new file here
     try:
-        yield Path(tmp)
+        yield tmp
+        if stat.S_IMODE(tmp.stat().st_mode) != mode:
+            os.chmod(tmp, mode)
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):

@@ -3,7 +3,11 @@
 KVzap-Linear: ridge regression (alpha 1, with intercept, as scikit-learn's Ridge()) solved per layer from
 normal equations accumulated over the shards in float64, so the data never has to fit in memory.
 KVzap-MLP: D -> D/8 -> GELU -> H per layer, all layers in one network, AdamW + cosine schedule +
-grad-norm clipping, 5% validation split; streams shard by shard and checkpoints every epoch (resumable).
+grad-norm clipping, seeded 5% validation split. Each epoch shuffles all pairs globally; minibatches are
+gathered from memory-mapped shards, so memory stays bounded. It checkpoints every epoch; a resume
+continues only a run with identical settings and training data (else it restarts from epoch 0), and
+equals an unbroken run. A non-finite loss, weight or ridge solution stops training with an error.
+Shard checksums are verified before fitting (kvzap.shards).
 Fit quality: squared Pearson correlation per (layer, head) on the test prompts (the paper's Table 1).
 """
 
@@ -14,13 +18,15 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import torch
+from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
-from kvzap.collect import read_shard
 from kvzap.io import atomic_path, atomic_write_json
 from kvzap.provenance import stamp
+from kvzap.shards import ShardRows, read_shard
 from kvzap.surrogate import Surrogate
 
 
@@ -61,6 +67,9 @@ def fit_ridge(folder: Path, alpha: float = 1.0, device: torch.device | None = No
     eye = torch.eye(xtx.shape[-1], dtype=torch.float64, device=device)
     weight = torch.linalg.solve(xtx + alpha * eye, xty)  # (L, D, H)
     bias = mean_y - (mean_x[:, None, :] @ weight)[:, 0]  # (L, H)
+    if not (torch.isfinite(weight).all() and torch.isfinite(bias).all()):
+        raise FloatingPointError(f"The ridge solution for {folder} is not finite: the oracle pairs hold NaN/inf or "
+                                 "overflow float64. Rerun the oracle stage (kvzap.collect) for this model.")
     n_layers, dim, heads = weight.shape
     model = Surrogate(dim, heads, n_layers)
     with torch.no_grad():
@@ -73,57 +82,74 @@ def fit_ridge(folder: Path, alpha: float = 1.0, device: torch.device | None = No
 # ---------------------------------------------------------------- MLP
 
 
-def _validation_masks(folder: Path, fraction: float, seed: int) -> list[torch.Tensor]:
-    """A seeded random `fraction` of all pairs, as one boolean mask per shard."""
-    sizes = [s["n"] for s in load_manifest(folder)["shards"]]
-    total = sum(sizes)
+def _split(total: int, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(training, validation) global pair indices, ascending: a seeded random `fraction` is held out."""
     chosen = torch.zeros(total, dtype=torch.bool)
     chosen[torch.randperm(total, generator=torch.Generator().manual_seed(seed))[: int(round(fraction * total))]] = True
-    return list(chosen.split(sizes))
+    return (~chosen).nonzero()[:, 0].numpy(), chosen.nonzero()[:, 0].numpy()
 
 
-def _target_mean(folder: Path) -> torch.Tensor:
-    total, count = 0.0, 0
-    for path in shards(folder):
-        y = read_shard(path)["y"].double()
-        total, count = total + y.sum(0), count + len(y)
-    return (total / count).float()  # (L, H)
+def _epoch_batches(train_index: np.ndarray, batch_size: int, seed: int, epoch: int) -> list[np.ndarray]:
+    """One epoch's minibatches: a permutation of all training pairs across every shard, seeded per epoch
+    so a resumed run draws exactly what an unbroken one would."""
+    order = np.random.default_rng([seed, epoch]).permutation(train_index)
+    return [order[b:b + batch_size] for b in range(0, len(order), batch_size)]
 
 
-def _checkpoint_paths(out: Path) -> tuple[Path, Path]:
-    return out / "checkpoint.safetensors", out / "checkpoint.json"
+def _target_mean(rows: ShardRows, chunk: int = 4096) -> torch.Tensor:
+    total = 0.0
+    for b in range(0, len(rows), chunk):
+        total = total + rows.gather("y", np.arange(b, min(b + chunk, len(rows)))).double().sum(0)
+    return (total / len(rows)).float()  # (L, H)
 
 
-def _save_checkpoint(out: Path, model, optimizer, scheduler, epoch: int) -> None:
+CHECKPOINT = "checkpoint.safetensors"
+
+
+def _save_checkpoint(out: Path, run: dict, model, optimizer, scheduler, epoch: int, history: list[dict]) -> None:
+    """Weights, optimizer and the run's state in ONE file, so they can never disagree after a kill."""
     tensors = {f"model.{k}": v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
     for i, state in optimizer.state_dict()["state"].items():
         for name, value in state.items():
             tensors[f"optim.{i}.{name}"] = torch.as_tensor(value).detach().cpu().contiguous()
-    weights, meta = _checkpoint_paths(out)
-    with atomic_path(weights) as tmp:
-        save_file(tensors, str(tmp))
-    atomic_write_json(meta, {"epoch": epoch, "scheduler": scheduler.state_dict()})
+    state = {"run": run, "epoch": epoch, "scheduler": scheduler.state_dict(), "history": history}
+    with atomic_path(out / CHECKPOINT) as tmp:
+        save_file(tensors, str(tmp), metadata={"state": json.dumps(state)})
 
 
-def _load_checkpoint(out: Path, model, optimizer, scheduler) -> int:
-    """Restore the last finished epoch; returns the epoch to start from (0 without a checkpoint)."""
-    weights, meta = _checkpoint_paths(out)
-    if not (weights.exists() and meta.exists()):
-        return 0
+def _load_checkpoint(out: Path, run: dict, model, optimizer, scheduler) -> tuple[int, list[dict]]:
+    """Restore the last finished epoch of this same run: (epoch to start from, history so far).
+    A checkpoint made with other settings or data is discarded, so training restarts from epoch 0."""
+    path = out / CHECKPOINT
+    if not path.exists():
+        return 0, []
     try:
-        tensors = load_file(str(weights))
+        with safe_open(str(path), framework="pt") as f:
+            state = json.loads((f.metadata() or {}).get("state", "{}"))
+        tensors = load_file(str(path))
     except Exception as err:  # safetensors raises several types for a truncated file
-        raise ValueError(f"Corrupt training checkpoint {weights}: {err}. Delete it to restart training.") from err
+        raise ValueError(f"Corrupt training checkpoint {path}: {err!r}. Delete it to restart training.") from err
+    made_with = state.get("run")
+    if made_with != run:
+        changed = (", ".join(sorted(k for k in run.keys() | made_with.keys() if run.get(k) != made_with.get(k)))
+                   if made_with else "kvzap version (it records no settings)")
+        print(f"Discarding {path}: it was made with different {changed}; training restarts from epoch 0.")
+        path.unlink()
+        return 0, []
     model.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("model.")})
-    state = optimizer.state_dict()
-    for i in range(len(state["param_groups"][0]["params"])):
-        state["state"][i] = {name: tensors[f"optim.{i}.{name}"] for name in ("step", "exp_avg", "exp_avg_sq")}
-    optimizer.load_state_dict(state)
-    info = json.loads(meta.read_text())
-    scheduler.load_state_dict(info["scheduler"])
+    optim_state = optimizer.state_dict()
+    for i in range(len(optim_state["param_groups"][0]["params"])):
+        optim_state["state"][i] = {name: tensors[f"optim.{i}.{name}"] for name in ("step", "exp_avg", "exp_avg_sq")}
+    optimizer.load_state_dict(optim_state)
+    scheduler.load_state_dict(state["scheduler"])
     for group, lr in zip(optimizer.param_groups, scheduler.get_last_lr()):
         group["lr"] = lr
-    return info["epoch"] + 1
+    return state["epoch"] + 1, state["history"]
+
+
+def _diverged(what: str, epoch: int, folder: Path) -> FloatingPointError:
+    return FloatingPointError(f"MLP training diverged in epoch {epoch + 1}: {what}. Lower --lr, or check the oracle "
+                              f"data in {folder} (rerun the oracle stage if it is suspect).")
 
 
 def fit_mlp(folder: Path, out: Path, epochs: int = 15, lr: float = 5e-3, batch_size: int = 512,
@@ -131,68 +157,61 @@ def fit_mlp(folder: Path, out: Path, epochs: int = 15, lr: float = 5e-3, batch_s
             device: torch.device | None = None) -> tuple[Surrogate, list[dict]]:
     device = device or device_default()
     manifest = load_manifest(folder)
+    rows = ShardRows(shards(folder))
+    rows.verify()
     dim, heads, n_layers = manifest["hidden_size"], manifest["n_kv_heads"], manifest["n_layers"]
+    hidden_dim = hidden_dim or dim // 8
+    run = {"kind": "mlp", "epochs": epochs, "lr": lr, "batch_size": batch_size, "hidden_dim": hidden_dim,
+           "valid_fraction": valid_fraction, "seed": seed,
+           "data": {"params_hash": manifest["params_hash"], "shards": [r["sha256"] for r in rows.records]}}
     torch.manual_seed(seed)
-    model = Surrogate(dim, heads, n_layers, hidden_dim or dim // 8)
+    model = Surrogate(dim, heads, n_layers, hidden_dim)
     with torch.no_grad():  # start at the mean log-score (about -8) rather than spend epochs learning the offset
-        for layer, mean in zip(model.layers, _target_mean(folder)):
+        for layer, mean in zip(model.layers, _target_mean(rows)):
             layer[2].bias.copy_(mean)
     model.to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
     scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=epochs)
-    start = _load_checkpoint(out, model, optimizer, scheduler)
-    masks = _validation_masks(folder, valid_fraction, seed)
-    paths = shards(folder)
-    history_file = out / "history.json"
-    history = json.loads(history_file.read_text()) if start and history_file.exists() else []
-    generator = torch.Generator().manual_seed(seed)
-
-    def epoch_plan():
-        """Shard order and per-shard shuffles of one epoch, drawn up front so a resume can replay them."""
-        order = torch.randperm(len(paths), generator=generator).tolist()
-        return [(s, torch.randperm(int((~masks[s]).sum()), generator=generator)) for s in order]
-
-    for _ in range(start):  # a resumed run draws the same shuffles as an unbroken one
-        epoch_plan()
+    start, history = _load_checkpoint(out, run, model, optimizer, scheduler)
+    train_index, valid_index = _split(len(rows), valid_fraction, seed)
 
     for epoch in range(start, epochs):
         model.train()
         train_loss, seen = 0.0, 0
-        bar = tqdm(epoch_plan(), desc=f"mlp epoch {epoch + 1}/{epochs}")
-        for s, perm in bar:
-            shard = read_shard(paths[s])
-            x, y = shard["h"][~masks[s]], shard["y"][~masks[s]]
-            for b in range(0, len(y), batch_size):
-                idx = perm[b:b + batch_size]
-                xb, yb = x[idx].to(device, torch.float32), y[idx].to(device, torch.float32)
-                loss = torch.nn.functional.mse_loss(model(xb), yb)
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-                optimizer.step()
-                train_loss += loss.item() * len(idx)
-                seen += len(idx)
+        bar = tqdm(_epoch_batches(train_index, batch_size, seed, epoch), desc=f"mlp epoch {epoch + 1}/{epochs}")
+        for idx in bar:
+            xb, yb = rows.gather("h", idx).to(device, torch.float32), rows.gather("y", idx).to(device, torch.float32)
+            loss = torch.nn.functional.mse_loss(model(xb), yb)
+            if not math.isfinite(loss.item()):
+                raise _diverged(f"the minibatch loss is {loss.item()}", epoch, folder)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            train_loss += loss.item() * len(idx)
+            seen += len(idx)
             bar.set_postfix(loss=f"{train_loss / max(seen, 1):.4f}")
+        if not all(torch.isfinite(p).all() for p in model.parameters()):
+            raise _diverged("the weights are no longer finite", epoch, folder)
         scheduler.step()
-        valid_loss = _validation_loss(model, paths, masks, batch_size, device)
+        valid_loss = _validation_loss(model, rows, valid_index, batch_size, device)
         history.append({"epoch": epoch + 1, "train_loss": train_loss / max(seen, 1), "valid_loss": valid_loss})
         print(f"epoch {epoch + 1}: train {history[-1]['train_loss']:.4f} valid {valid_loss:.4f}")
-        atomic_write_json(history_file, history)
-        _save_checkpoint(out, model, optimizer, scheduler, epoch)
+        _save_checkpoint(out, run, model, optimizer, scheduler, epoch, history)
+        atomic_write_json(out / "history.json", {"run": run, "history": history})  # progress, for people watching
     return model.cpu().eval().requires_grad_(False), history
 
 
 @torch.no_grad()
-def _validation_loss(model, paths, masks, batch_size, device) -> float:
+def _validation_loss(model, rows: ShardRows, valid_index: np.ndarray, batch_size: int, device) -> float:
     model.eval()
     total, count = 0.0, 0
-    for path, mask in zip(paths, masks):
-        shard = read_shard(path)
-        x, y = shard["h"][mask], shard["y"][mask]
-        for b in range(0, len(y), batch_size):
-            pred = model(x[b:b + batch_size].to(device, torch.float32))
-            total += torch.nn.functional.mse_loss(pred, y[b:b + batch_size].to(device), reduction="sum").item()
-            count += y[b:b + batch_size].numel()
+    for b in range(0, len(valid_index), batch_size):
+        idx = valid_index[b:b + batch_size]
+        pred = model(rows.gather("h", idx).to(device, torch.float32))
+        y = rows.gather("y", idx).to(device, torch.float32)
+        total += torch.nn.functional.mse_loss(pred, y, reduction="sum").item()
+        count += y.numel()
     return total / max(count, 1)
 
 
@@ -256,8 +275,7 @@ def main() -> None:
         "history": history,
     }
     atomic_write_json(args.out / "metrics.json", metrics)
-    for path in _checkpoint_paths(args.out):
-        path.unlink(missing_ok=True)
+    (args.out / CHECKPOINT).unlink(missing_ok=True)
     print(f"{args.kind}: mean R^2 over {r2.numel()} (layer, head) pairs = {metrics['r2_mean']:.3f}")
 
 
