@@ -103,6 +103,9 @@ CASES = {
         lambda c: c["evaluation"]["benchmarks"].update(lb={"benchmark": "longbench", "source": "offline", "subsets": ["lcc"]}),
         "no offline source"),
     "missing local folder": (lambda c: bench(c).update(source="local:does/not/exist"), "does not exist"),
+    "DuoAttention without a pattern": (
+        lambda c: (model(c).update(id="Qwen/Qwen3-8B"), c["evaluation"].update(methods=["full", "duo_attention"])),
+        "publishes no head pattern for Qwen/Qwen3-8B"),
     "Hub-only method offline": (lambda c: c["evaluation"].update(methods=["full", "qfilter"]), "needs Hub assets"),
     "shards beyond rows": (lambda c: bench(c).update(shards=3), "more shards than the 1 rows"),
     "benchmark names unknown model": (lambda c: bench(c).update(models=["qwen"]), "not defined under models"),
@@ -182,7 +185,7 @@ def test_command_lines_are_quoted_word_lists():
 
     args = shlex.split(words)
     assert args[args.index("--value") + 1] == "-6" and args[args.index("--subsets") + 1] == "512"
-    assert args[-1] == "results/ci/smollm2-135m/eval/ruler-512/512/kvzap_mlp/-6/shards/0-of-1"
+    assert args[-1] == "results/ci/smollm2-135m/eval/ruler-512/512/kvzap_mlp/-6"  # unsplit: the cell itself
     config["models"]["smollm2-135m"]["revision"] = "it's $(x)"  # as if it had slipped past the checks
     assert shlex.split(plan.prepare_args(config, "smollm2-135m"))[-1] == "--revision=it's $(x)"
 

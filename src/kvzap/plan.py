@@ -15,7 +15,7 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from kvzap import registry
+from kvzap import duo_patterns, registry
 from kvzap.assets import OFFLINE_PACKAGES
 from kvzap.benchmarks import catalog
 
@@ -245,6 +245,10 @@ def check(config: dict) -> None:
         _check_benchmark(config, name, bench)
     for cell in cells(config):
         model_id = config["models"][cell.model]["id"]
+        if cell.method == "duo_attention" and duo_patterns.duo_pattern_name(model_id) is None:
+            fail(f"evaluation.benchmarks.{cell.bench}.methods", cell.method,
+                 f"DuoAttention publishes no head pattern for {model_id}",
+                 f"add duo_attention to models.{cell.model}.skip_methods, or use duo_attention_on_the_fly")
         if registry.METHODS[cell.method].needs_hub and model_id in OFFLINE_MODELS:
             fail(f"evaluation.benchmarks.{cell.bench}.methods", cell.method,
                  f"needs Hub assets that the offline model {model_id} does not have",
