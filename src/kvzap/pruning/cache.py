@@ -144,6 +144,24 @@ class JudgedLayer(CacheLayerMixin):
         return self.removed.double() / self.seen
 
 
+PADDING_ERROR = "Padded batches are not supported with a pruned cache: use equal-length prompts."
+
+
+def visible(attention_mask: torch.Tensor) -> torch.Tensor:
+    """An sdpa-style mask (bool: True = visible, or additive float: 0 = visible) as bool."""
+    return attention_mask if attention_mask.dtype == torch.bool else attention_mask == 0
+
+
+def refuse_padding(attention_mask: torch.Tensor | None) -> None:
+    """Raise PADDING_ERROR if a prefill's (B, 1, T, T) mask hides any token from its row's last query.
+
+    Under causal full attention the last query sees every real token, so anything hidden is padding
+    (left or right), whose entries would otherwise be cached and counted in the ratios.
+    """
+    if attention_mask is not None and not bool(visible(attention_mask)[..., -1, :].all()):
+        raise NotImplementedError(PADDING_ERROR)
+
+
 def _new_token_mask(attention_mask, seen: int, length: int, group: int, device) -> torch.Tensor | None:
     """(B|1, 1, G*T, T) bool: which new tokens each query may see (None: all); older tokens are visible to all."""
     if attention_mask is None and length == 1:
@@ -151,11 +169,10 @@ def _new_token_mask(attention_mask, seen: int, length: int, group: int, device) 
     if attention_mask is None:
         block = torch.ones(length, length, dtype=torch.bool, device=device).tril()[None, None]
     else:
-        # sdpa-style bool mask over the unpruned positions (B, 1, T, seen): past must be fully visible.
-        if attention_mask.dtype != torch.bool:
-            attention_mask = attention_mask == 0
+        # sdpa-style mask over the unpruned positions (B, 1, T, seen): past must be fully visible.
+        attention_mask = visible(attention_mask)
         if not bool(attention_mask[..., : seen - length].all()):
-            raise NotImplementedError("Padded batches are not supported with a pruned cache: use equal-length prompts.")
+            raise NotImplementedError(PADDING_ERROR)
         block = attention_mask[..., seen - length:]
     return block.repeat(1, 1, group, 1)
 
