@@ -16,8 +16,12 @@ import math
 import torch
 from transformers.cache_utils import CacheLayerMixin
 
+from kvzap.pruning.segments import segment_attention
+
 # Spare slots a packed row gets when it grows again (decoding): bounds reallocations and unused bytes.
 ROW_SLACK = 32
+# Smallest score chunk (float32 elements, 4 MiB): below it, more chunks only cost Python overhead.
+MIN_SCORE_CHUNK = 1 << 20
 
 
 class _Crop:
@@ -181,9 +185,9 @@ class PrunedLayer(JudgedLayer):
     """Physical eviction: kept tokens of all rows share one packed buffer, the window stays dense.
 
     Row r (= b * H + h) owns the contiguous slots [start[r], start[r] + capacity[r]) of `packed_keys`, the
-    first length[r] of them used; `owner` names each slot's row (-1: spare). Attention scores every query
-    against every slot in one matmul and masks the other rows' slots: the bytes read are the kept ones,
-    and no per-row loop runs (the extra FLOPs are cheap in memory-bound decoding).
+    first length[r] of them used; `owner` names each slot's row (-1: spare). Attention is segment attention
+    (`kvzap.pruning.segments`): each row's queries see only its slots and window, in chunks of at most
+    `score_budget()` scores, so time and transient memory follow the kept entries.
     """
 
     def __init__(self, keys: torch.Tensor, values: torch.Tensor):
@@ -226,20 +230,19 @@ class PrunedLayer(JudgedLayer):
         self.packed_keys, self.packed_values, self.owner = keys, values, owner
         self.start, self.capacity = start, capacity
 
+    def score_budget(self) -> int:
+        """Elements of one float32 score chunk: a quarter of the kept keys' elements (floor MIN_SCORE_CHUNK),
+        so the chunk and the softmax's few same-sized temporaries stay about the size of the kept cache."""
+        return max(self.packed_keys.numel() // 4, MIN_SCORE_CHUNK)
+
     def _attend(self, q, new_mask, scaling):
         batch, heads, queries, dim = q.shape
-        q = q * scaling
-        window_scores = (q @ self.dense_keys.transpose(-1, -2)).float()  # (B, H, G*T, window)
-        if new_mask is not None:
-            window_scores[..., self.window_len - new_mask.shape[-1]:].masked_fill_(~new_mask, -math.inf)
-        flat_q = q.reshape(batch * heads * queries, dim)
-        packed_scores = (flat_q @ self.packed_keys.T).float()  # (B * H * G*T, slots)
-        query_row = torch.arange(batch * heads, dtype=torch.int32, device=q.device).repeat_interleave(queries)
-        packed_scores.masked_fill_(self.owner[None, :] != query_row[:, None], -math.inf)
-        p = torch.softmax(torch.cat([packed_scores, window_scores.reshape(flat_q.shape[0], -1)], -1), -1).to(q.dtype)
-        slots = self.owner.shape[0]
-        window_out = p[:, slots:].view(batch, heads, queries, -1) @ self.dense_values  # (B, H, G*T, D)
-        return (p[:, :slots] @ self.packed_values).view(batch, heads, queries, dim) + window_out
+        rows = batch * heads
+        out = segment_attention(
+            (q * scaling).reshape(rows, queries, dim), self.packed_keys, self.packed_values, self.owner,
+            self.start, self.capacity, self.dense_keys.reshape(rows, -1, dim),
+            self.dense_values.reshape(rows, -1, dim), new_mask, heads, self.score_budget())
+        return out.view(batch, heads, queries, dim)
 
     @property
     def nbytes(self) -> int:
