@@ -142,8 +142,9 @@ def main() -> None:
         for ratio in args.ratios:
             records.append(measure(model, context, args.queries, ratio, args.window, args.repeats))
             r = records[-1]
-            print(f"[{context} + {args.queries} tokens, removed {r['compression_ratio']:.3f}] peak MiB / ms: " + ", ".join(
-                f"{k} {r['peak_mb'][k]:.1f} / {r['ms'][k]:.1f}" for k in ("full", "pruned")), flush=True)
+            cells = ", ".join(f"{k} {r['peak_mb'][k]:.1f} / {r['ms'][k]:.1f}" for k in ("full", "pruned"))
+            print(f"[{context} + {args.queries} tokens, removed {r['compression_ratio']:.3f}] peak MiB / ms: {cells}",
+                  flush=True)
     atomic_write_json(args.out, records)
     print_table(records)
 

@@ -42,7 +42,8 @@ def test_missing_folder_is_not_sent_to_the_hub(name, tmp_path, monkeypatch, no_h
     monkeypatch.chdir(tmp_path)
     (tmp_path / "results").mkdir()  # "results/mlp" is org/name-shaped, but results/ is a local folder
     name = name.format(tmp=tmp_path)
-    expected = rf"Surrogate folder {name} does not exist: train it first \(snakemake {Path(name) / 'model.safetensors'}\)"
+    weights = Path(name) / "model.safetensors"
+    expected = rf"Surrogate folder {name} does not exist: train it first \(snakemake {weights}\)"
     with pytest.raises(FileNotFoundError, match=expected + r" or pass a Hub id"):
         Surrogate.from_pretrained(name)
     with pytest.raises(FileNotFoundError, match=expected):  # at construction, before any model is loaded

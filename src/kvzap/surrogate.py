@@ -34,9 +34,7 @@ def is_hub_id(name: str) -> bool:
     cannot have, or whose first part is a local folder (results/x) is a path.
     """
     name = str(name)
-    if not HUB_ID.fullmatch(name) or Path(name).exists() or Path(name.split("/")[0]).is_dir():
-        return False
-    return True
+    return bool(HUB_ID.fullmatch(name)) and not Path(name).exists() and not Path(name.split("/")[0]).is_dir()
 
 
 def resolve_folder(name_or_path: str | Path) -> Path | None:
@@ -114,7 +112,8 @@ class Surrogate(nn.Module):
         if folder is None:
             from huggingface_hub import snapshot_download
 
-            folder = Path(snapshot_download(str(name_or_path), revision=revision, allow_patterns=[CONFIG_NAME, WEIGHTS_NAME]))
+            folder = Path(snapshot_download(str(name_or_path), revision=revision,
+                                            allow_patterns=[CONFIG_NAME, WEIGHTS_NAME]))
             for name in (CONFIG_NAME, WEIGHTS_NAME):
                 if not (folder / name).is_file():
                     raise FileNotFoundError(f"Hub repository {name_or_path} has no {name}: is it a KVzap surrogate?")
