@@ -1,7 +1,8 @@
 """KV cache pruning at inference: scorers, the DMS threshold policy, physical eviction.
 
-KVzapPress(scorer, threshold, window=128, decoding=False, evict=True)
-    scorer     a surrogate folder or Hub id (str), or any kvpress ScorerPress (SurrogateScorerPress,
+KVzapPress(scorer, threshold, window=128, decoding=False, evict=True, *, check_base_model=True)
+    scorer     a surrogate folder or Hub id (str: only org/name is looked up on the Hub, a missing folder
+               fails at once), or any kvpress ScorerPress (SurrogateScorerPress,
                PrecomputedScorerPress for KVzip/KVzip+ oracle scores, KnormPress, ...): one score per
                (batch, kv-head, token), computed when the token arrives.
     threshold  keep an entry iff its score >= threshold (a log-score, e.g. -4.0; -inf prunes nothing).
@@ -9,6 +10,9 @@ KVzapPress(scorer, threshold, window=128, decoding=False, evict=True)
     decoding   also prune during generation (the AIME setting); False prunes the prefill only (RULER).
     evict      True frees removed entries (PrunedLayer); False masks them in a dense cache (MaskedLayer),
                the kvpress way, kept as the reference: both give the same logits.
+    check_base_model  a surrogate records the model it was trained for (config.json `base_model`, or the
+               nvidia/KVzap-{kind}-<model> repo name); attaching to another model (its config's
+               `kvzap_model_id`, else a Hub-id `name_or_path`) is refused unless this is False.
 TopKPerHeadPress(scorer, ratio, window=128) / TopKPerLayerPress(scorer, ratio, window=128, safeguard=0.2)
     the paper's fixed-budget ablations (prefill only).
 
@@ -27,7 +31,9 @@ Usage (pruning happens after each attention op, in prefill and, with decoding=Tr
 
 Entering the press selects the "kvzap" attention implementation on the model, and it stays selected:
 pruned caches outlive the `with` block (the pipeline answers questions after it), and for dense caches it
-is sdpa. Batch rows must be unpadded; beam search is not supported.
+is sdpa. Batch rows must be unpadded (a padded prefill is refused); beam search is not supported.
+Attention over a pruned layer is segment attention (kvzap.pruning.segments): each (batch, kv-head) row's
+query heads read only that row's kept entries, so memory and time follow the kept cache.
 
 Threshold calibration (prefill ratios; one forward per text), from Python with
 `kvzap.pruning.calibration.calibrate(collect_scores(model, ids, scorer), targets)` or from the shell:

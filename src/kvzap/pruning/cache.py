@@ -16,8 +16,12 @@ import math
 import torch
 from transformers.cache_utils import CacheLayerMixin
 
+from kvzap.pruning.segments import segment_attention
+
 # Spare slots a packed row gets when it grows again (decoding): bounds reallocations and unused bytes.
 ROW_SLACK = 32
+# Smallest score chunk (float32 elements, 4 MiB): below it, more chunks only cost Python overhead.
+MIN_SCORE_CHUNK = 1 << 20
 
 
 class _Crop:
@@ -144,6 +148,24 @@ class JudgedLayer(CacheLayerMixin):
         return self.removed.double() / self.seen
 
 
+PADDING_ERROR = "Padded batches are not supported with a pruned cache: use equal-length prompts."
+
+
+def visible(attention_mask: torch.Tensor) -> torch.Tensor:
+    """An sdpa-style mask (bool: True = visible, or additive float: 0 = visible) as bool."""
+    return attention_mask if attention_mask.dtype == torch.bool else attention_mask == 0
+
+
+def refuse_padding(attention_mask: torch.Tensor | None) -> None:
+    """Raise PADDING_ERROR if a prefill's (B, 1, T, T) mask hides any token from its row's last query.
+
+    Under causal full attention the last query sees every real token, so anything hidden is padding
+    (left or right), whose entries would otherwise be cached and counted in the ratios.
+    """
+    if attention_mask is not None and not bool(visible(attention_mask)[..., -1, :].all()):
+        raise NotImplementedError(PADDING_ERROR)
+
+
 def _new_token_mask(attention_mask, seen: int, length: int, group: int, device) -> torch.Tensor | None:
     """(B|1, 1, G*T, T) bool: which new tokens each query may see (None: all); older tokens are visible to all."""
     if attention_mask is None and length == 1:
@@ -151,11 +173,10 @@ def _new_token_mask(attention_mask, seen: int, length: int, group: int, device) 
     if attention_mask is None:
         block = torch.ones(length, length, dtype=torch.bool, device=device).tril()[None, None]
     else:
-        # sdpa-style bool mask over the unpruned positions (B, 1, T, seen): past must be fully visible.
-        if attention_mask.dtype != torch.bool:
-            attention_mask = attention_mask == 0
+        # sdpa-style mask over the unpruned positions (B, 1, T, seen): past must be fully visible.
+        attention_mask = visible(attention_mask)
         if not bool(attention_mask[..., : seen - length].all()):
-            raise NotImplementedError("Padded batches are not supported with a pruned cache: use equal-length prompts.")
+            raise NotImplementedError(PADDING_ERROR)
         block = attention_mask[..., seen - length:]
     return block.repeat(1, 1, group, 1)
 
@@ -164,9 +185,9 @@ class PrunedLayer(JudgedLayer):
     """Physical eviction: kept tokens of all rows share one packed buffer, the window stays dense.
 
     Row r (= b * H + h) owns the contiguous slots [start[r], start[r] + capacity[r]) of `packed_keys`, the
-    first length[r] of them used; `owner` names each slot's row (-1: spare). Attention scores every query
-    against every slot in one matmul and masks the other rows' slots: the bytes read are the kept ones,
-    and no per-row loop runs (the extra FLOPs are cheap in memory-bound decoding).
+    first length[r] of them used; `owner` names each slot's row (-1: spare). Attention is segment attention
+    (`kvzap.pruning.segments`): each row's queries see only its slots and window, in chunks of at most
+    `score_budget()` scores, so time and transient memory follow the kept entries.
     """
 
     def __init__(self, keys: torch.Tensor, values: torch.Tensor):
@@ -209,20 +230,19 @@ class PrunedLayer(JudgedLayer):
         self.packed_keys, self.packed_values, self.owner = keys, values, owner
         self.start, self.capacity = start, capacity
 
+    def score_budget(self) -> int:
+        """Elements of one float32 score chunk: a quarter of the kept keys' elements (floor MIN_SCORE_CHUNK),
+        so the chunk and the softmax's few same-sized temporaries stay about the size of the kept cache."""
+        return max(self.packed_keys.numel() // 4, MIN_SCORE_CHUNK)
+
     def _attend(self, q, new_mask, scaling):
         batch, heads, queries, dim = q.shape
-        q = q * scaling
-        window_scores = (q @ self.dense_keys.transpose(-1, -2)).float()  # (B, H, G*T, window)
-        if new_mask is not None:
-            window_scores[..., self.window_len - new_mask.shape[-1]:].masked_fill_(~new_mask, -math.inf)
-        flat_q = q.reshape(batch * heads * queries, dim)
-        packed_scores = (flat_q @ self.packed_keys.T).float()  # (B * H * G*T, slots)
-        query_row = torch.arange(batch * heads, dtype=torch.int32, device=q.device).repeat_interleave(queries)
-        packed_scores.masked_fill_(self.owner[None, :] != query_row[:, None], -math.inf)
-        p = torch.softmax(torch.cat([packed_scores, window_scores.reshape(flat_q.shape[0], -1)], -1), -1).to(q.dtype)
-        slots = self.owner.shape[0]
-        window_out = p[:, slots:].view(batch, heads, queries, -1) @ self.dense_values  # (B, H, G*T, D)
-        return (p[:, :slots] @ self.packed_values).view(batch, heads, queries, dim) + window_out
+        rows = batch * heads
+        out = segment_attention(
+            (q * scaling).reshape(rows, queries, dim), self.packed_keys, self.packed_values, self.owner,
+            self.start, self.capacity, self.dense_keys.reshape(rows, -1, dim),
+            self.dense_values.reshape(rows, -1, dim), new_mask, heads, self.score_budget())
+        return out.view(batch, heads, queries, dim)
 
     @property
     def nbytes(self) -> int:

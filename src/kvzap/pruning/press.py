@@ -8,7 +8,7 @@ Subclasses only decide which leaving tokens survive (`select`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -17,7 +17,7 @@ from torch import nn
 from transformers.cache_utils import DynamicLayer
 
 from kvzap.pruning.attention import use_kvzap_attention
-from kvzap.pruning.cache import JudgedLayer, MaskedLayer, PrunedLayer
+from kvzap.pruning.cache import JudgedLayer, MaskedLayer, PrunedLayer, refuse_padding
 from kvzap.pruning.scorers import SurrogateScorerPress
 
 
@@ -31,17 +31,22 @@ class WindowedPress(BasePress):
     window : the most recent `window` tokens are never judged (paper: 128).
     decoding : also judge tokens generated after the prefill (else only the prefill is pruned).
     evict : True frees dropped entries (PrunedLayer); False masks them in a dense cache (MaskedLayer).
+    check_base_model : (keyword) False accepts a surrogate whose recorded base model differs from the
+        model's id, e.g. the same weights under another name.
     """
 
     scorer: object = None
     window: int = 128
     decoding: bool = False
     evict: bool = True
+    check_base_model: bool = field(default=True, kw_only=True)
     head_ratios: dict[int, torch.Tensor] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self):
         if isinstance(self.scorer, (str, Path)):
-            self.scorer = SurrogateScorerPress(surrogate_path=str(self.scorer))
+            self.scorer = SurrogateScorerPress(surrogate_path=str(self.scorer), check_base_model=self.check_base_model)
+        elif isinstance(self.scorer, SurrogateScorerPress) and not self.check_base_model:
+            self.scorer = replace(self.scorer, check_base_model=False)
         if not callable(getattr(self.scorer, "score", None)):
             raise TypeError(f"scorer must be a kvpress ScorerPress or a surrogate path, got {self.scorer!r}")
         if isinstance(self.window, bool) or not isinstance(self.window, int) or self.window < 0:
@@ -68,6 +73,7 @@ class WindowedPress(BasePress):
             if type(dense) is not DynamicLayer:
                 raise TypeError(f"{type(self).__name__} prunes a DynamicCache with full-attention layers, "
                                 f"not {type(dense).__name__}")
+            refuse_padding(kwargs.get("attention_mask"))
             cache.layers[idx] = (PrunedLayer if self.evict else MaskedLayer)(dense.keys, dense.values)
         elif not (self.decoding and isinstance(cache.layers[idx], JudgedLayer)):
             return output

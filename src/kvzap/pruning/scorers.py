@@ -8,7 +8,7 @@ import torch
 from kvpress.presses.scorer_press import ScorerPress
 from torch import nn
 
-from kvzap.surrogate import Surrogate
+from kvzap.surrogate import Surrogate, resolve_folder
 
 
 @dataclass
@@ -16,15 +16,25 @@ class SurrogateScorerPress(ScorerPress):
     """kvpress scorer backed by our surrogate (a local folder or Hub id), e.g. inside kvpress's DMSPress.
 
     kvpress's own KVzapPress only looks up `nvidia/KVzap-*-<model>` on the Hub; this one takes any checkpoint.
+    A local folder is checked at construction (a Hub id is fetched when the press attaches); attaching
+    refuses a surrogate trained for another model unless `check_base_model=False`.
     """
 
     surrogate_path: str = ""
     surrogate: Surrogate | None = field(default=None, repr=False)
+    check_base_model: bool = True
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.surrogate is None:
+            if not self.surrogate_path:
+                raise ValueError("SurrogateScorerPress needs surrogate_path (a folder or Hub id) or a surrogate.")
+            resolve_folder(self.surrogate_path)
 
     def post_init_from_model(self, model):
         if self.surrogate is None:
             self.surrogate = Surrogate.from_pretrained(self.surrogate_path)
-        self.surrogate.check_matches(model.config)
+        self.surrogate.check_matches(model.config, self.check_base_model)
 
     def score(self, module: nn.Module, hidden_states: torch.Tensor, keys, values, attentions, kwargs) -> torch.Tensor:
         return self.surrogate.score_layer(module.layer_idx, hidden_states)
