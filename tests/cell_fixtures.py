@@ -19,7 +19,7 @@ def write_cell(root: Path, model: str, bench: str, subset: str, method: str, val
     """A cell's metrics.json (benchmark type = the key before any '-', e.g. ruler-4k -> ruler)."""
     folder = cell_dir(root, model, bench, subset, method, value)
     folder.mkdir(parents=True, exist_ok=True)
-    metrics = {"benchmark": TYPES[bench.split("-")[0]], "subset": subset, "method": method, "value": value,
+    metrics = {"model": model, "bench": bench, "benchmark": TYPES[bench.split("-")[0]], "subset": subset, "method": method, "value": value,
                "compression_ratio": ratio, "n_samples": 10, "average": average, "per_task": {subset: average},
                "provenance": {"model_id": f"org/{model}", "params_hash": f"{model}-{bench}-{subset}-{method}-{value}"},
                "json_columns": ["answers"], **scores}

@@ -32,6 +32,7 @@ def _cell(root, out, method, value=None, subset="256", shard=(0, 1)):
     argv = ["--model", str(root / "model.json"), "--benchmark", "ruler", "--subsets", subset, "--tasks",
             "niah_single_2", "vt", "--n-samples", "2", "--max-new-tokens", "4", "--method", method,
             "--surrogate-linear", str(root / "linear"), "--shard", str(shard[0]), "--n-shards", str(shard[1]),
+            "--model-name", "m", "--bench-name", f"ruler-{subset}",
             "--out", str(out)]
     return evaluate.evaluate(evaluate.parse_args(argv + (["--value", str(value)] if value is not None else [])))[0]
 
@@ -84,7 +85,7 @@ def test_context_longer_than_model_is_refused(tiny_setup, tmp_path):
 
 
 def test_missing_surrogate_is_named(tiny_setup, tmp_path):
-    argv = ["--model", str(tiny_setup / "model.json"), "--benchmark", "ruler", "--subsets", "256", "--method",
+    argv = ["--model", str(tiny_setup / "model.json"), "--benchmark", "ruler", "--subsets", "256", "--model-name", "m", "--bench-name", "r", "--method",
             "kvzap_mlp", "--value", "-4", "--out", str(tmp_path)]
     with pytest.raises(SystemExit, match="mlp surrogate"):
         evaluate.evaluate(evaluate.parse_args(argv))

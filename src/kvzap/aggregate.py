@@ -33,17 +33,12 @@ SCORE_KEYS = ("average", "average_without_trec", "pass@1", "pass@4")
 KEY_COLUMNS = ["model", "benchmark", "subset", "method", "value"]
 
 
-def cell_key(path: Path) -> dict:
-    """results/<model>/eval/<bench>/<subset>/<method>/<value>/metrics.json -> the cell's coordinates."""
-    model, _, bench, subset, method, value = path.parts[-7:-1]
-    return {"model": model, "benchmark": bench, "subset": subset, "method": method,
-            "value": None if value == "none" else float(value)}
-
-
 def cell_row(path: Path) -> dict:
-    """One cell's metrics.json -> one flat row."""
+    """One cell's metrics.json -> one flat row; the cell says who it is (kvzap.evaluate records it)."""
     metrics = json.loads(path.read_text())
-    row = {**cell_key(path), "model_id": metrics["provenance"].get("model_id"), "benchmark_type": metrics["benchmark"],
+    row = {"model": metrics["model"], "benchmark": metrics["bench"], "subset": metrics["subset"],
+           "method": metrics["method"], "value": metrics["value"],
+           "model_id": metrics["provenance"].get("model_id"), "benchmark_type": metrics["benchmark"],
            "compression_ratio": metrics["compression_ratio"], "n_samples": metrics["n_samples"]}
     row.update({k: metrics[k] for k in SCORE_KEYS if metrics.get(k) is not None})
     row.update({f"task:{task}": score for task, score in metrics.get("per_task", {}).items()})
@@ -89,7 +84,7 @@ def aggregate(cell_files: list[Path], surrogate_files: list[Path], out: Path, *,
     rows = {path: cell_row(path) for path in present}
     results = pd.DataFrame(rows.values()).sort_values(KEY_COLUMNS, na_position="first", ignore_index=True)
     aime_cells = [(row, path.parent) for path, row in rows.items() if row["benchmark_type"] == tables.AIME_TYPE]
-    missing = pd.DataFrame([{**cell_key(p), "path": str(p)} for p in missing_files], columns=KEY_COLUMNS + ["path"])
+    missing = pd.DataFrame({"path": [str(p) for p in missing_files]})
     partial = bool(len(missing))
     from_cells = {
         "results": ("one row per cell", results),

@@ -149,8 +149,8 @@ def parse_args(argv=None):
     parser.add_argument("--shard", type=int, default=0, help="this job evaluates rows shard, shard + n, ...")
     parser.add_argument("--n-shards", type=int, default=1)
     parser.add_argument("--out", type=Path, nargs="+", required=True, help="one cell (or shard) folder per subset")
-    parser.add_argument("--model-name", default=None, help="the model's name in the config (recorded in metrics.json)")
-    parser.add_argument("--bench-name", default=None, help="the benchmark entry's name in the config (recorded)")
+    parser.add_argument("--model-name", required=True, help="the model's name in the config (recorded in metrics.json)")
+    parser.add_argument("--bench-name", required=True, help="the benchmark entry's name in the config (recorded)")
     return parser.parse_args(argv)
 
 

@@ -32,7 +32,7 @@ SEED = 0
 
 _QWEN3 = {
     "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "attention_bias": False, "attention_dropout": 0.0,
-    "bos_token_id": 151643, "eos_token_id": 151645, "head_dim": 16, "hidden_act": "silu", "hidden_size": 128,
+    "bos_token_id": 151643, "eos_token_id": 151645, "head_dim": 128, "hidden_act": "silu", "hidden_size": 128,
     "initializer_range": 0.02, "max_position_embeddings": 40960, "max_window_layers": 2, "num_hidden_layers": 2,
     "num_key_value_heads": 2, "rms_norm_eps": 1e-06, "rope_scaling": None, "rope_theta": 1000000,
     "sliding_window": None, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
@@ -42,9 +42,9 @@ _QWEN3_GENERATION = {"bos_token_id": 151643, "do_sample": True, "eos_token_id": 
                      "pad_token_id": 151643, "temperature": 0.6, "top_k": 20, "top_p": 0.95,
                      "transformers_version": "4.51.0"}
 
-# repo id -> (config.json, generation_config.json, tokenizer folder). Real values except the sizes, which keep each
-# model's shape: Qwen3-8B 32:8 heads with hidden = heads * head_dim, Qwen3-32B 64:8 with hidden < heads * head_dim,
-# Llama-3.1 32:8 with head_dim = hidden / heads.
+# repo id -> (config.json, generation_config.json, tokenizer folder). Real values (head_dim 128 included: RoPE's
+# slow frequencies are what keep long-context queries in a half-space) except the sizes, which keep each model's
+# GQA ratio: Qwen3-8B 32:8 heads, Qwen3-32B 64:8, Llama-3.1 32:8.
 MODELS = {
     "Qwen/Qwen3-8B": (
         {**_QWEN3, "intermediate_size": 384, "num_attention_heads": 8}, _QWEN3_GENERATION, "qwen3"),
@@ -53,7 +53,7 @@ MODELS = {
     "meta-llama/Llama-3.1-8B-Instruct": (
         {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "attention_bias": False,
          "attention_dropout": 0.0, "bos_token_id": 128000, "eos_token_id": [128001, 128008, 128009],
-         "hidden_act": "silu", "hidden_size": 128, "initializer_range": 0.02, "intermediate_size": 448,
+         "head_dim": 128, "hidden_act": "silu", "hidden_size": 128, "initializer_range": 0.02, "intermediate_size": 448,
          "max_position_embeddings": 131072, "mlp_bias": False, "num_attention_heads": 8, "num_hidden_layers": 2,
          "num_key_value_heads": 2, "pretraining_tp": 1, "rms_norm_eps": 1e-05,
          "rope_scaling": {"factor": 8.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
