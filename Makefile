@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 CORES ?= 2
 
-.PHONY: setup demo test dry-run clean
+.PHONY: setup demo test dry-run rehearsal clean
 
 TOKENIZERS := .cache/tokenizers
 TOKENIZER_VERSION := 3.7.2
@@ -40,6 +40,11 @@ dry-run: setup
 
 test: setup
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" python -m pytest
+
+# config/paper.yaml rehearsed on CPU (tiny models, real tokenizers, offline Hub cache); REHEARSAL_FLAGS=--local
+# runs it without a SLURM cluster.
+rehearsal: setup
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" bash .ci/rehearsal.sh $(REHEARSAL_FLAGS)
 
 clean:
 	rm -rf results/* logs .snakemake

@@ -6,7 +6,10 @@ import re
 from kvzap import plan, registry
 
 RESULTS = config["results"]
-PYTHON = "python"  # the environment's interpreter (the venv's, or a conda env's with --use-conda)
+PYTHON = "python"  # the environment's interpreter: the venv's, or envs/kvzap.yaml's with --sdm conda
+ENV = "../envs/kvzap.yaml"  # every rule's conda environment (used only with --sdm conda)
+# Jobs import kvzap from this checkout whatever the environment (the conda env holds only the dependencies).
+os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [f"{workflow.basedir}/../src", os.environ.get("PYTHONPATH")]))
 LOGS = f"{RESULTS}/logs"
 
 try:

@@ -32,6 +32,8 @@ for BENCH, SPEC in config["evaluation"]["benchmarks"].items():
         params:
             args=lambda wc, bench=BENCH, n=SPEC["shards"]: plan.evaluate_args(
                 config, wc.model, bench, wc.method, wc.value, int(wc.get("shard", 0)), n),
+        conda:
+            ENV
         log:
             f"{LOGS}/evaluate/{{model}}/{BENCH}/{{method}}/{{value}}/{{shard}}-of-{SPEC['shards']}.log"
             if SPEC["shards"] > 1 else f"{LOGS}/evaluate/{{model}}/{BENCH}/{{method}}/{{value}}.log",
@@ -56,6 +58,8 @@ for BENCH, SPEC in config["evaluation"]["benchmarks"].items():
             cell_files(BENCH, "metrics.json") + cell_files(BENCH, "predictions.csv"),
         params:
             args=lambda wc, bench=BENCH: plan.merge_args(config, wc.model, bench, wc.method, wc.value),
+        conda:
+            ENV
         log:
             f"{LOGS}/merge/{{model}}/{BENCH}/{{method}}/{{value}}.log",
         localrule: True

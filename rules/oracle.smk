@@ -7,6 +7,8 @@ rule oracle_data:
         test=f"{RESULTS}/{{model}}/oracle/test/manifest.json",
     params:
         args=lambda wc: plan.oracle_args(config, wc.model),
+    conda:
+        ENV
     log:
         f"{LOGS}/oracle/{{model}}.log",
     threads: model_resource("oracle", "cpus")

@@ -4,6 +4,8 @@ rule prepare_model:
         f"{RESULTS}/{{model}}/model.json",
     params:
         args=lambda wc: plan.prepare_args(config, wc.model),
+    conda:
+        ENV
     log:
         f"{LOGS}/prepare/{{model}}.log",
     resources:

@@ -23,6 +23,8 @@ rule publish:
         f"{RESULTS}/publish/plan.json",
     params:
         args=lambda wc: plan.publish_args(config, published_surrogates()),
+    conda:
+        ENV
     log:
         f"{LOGS}/publish.log",
     localrule: True

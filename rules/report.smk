@@ -20,6 +20,8 @@ rule aggregate:
         provenance=f"{RESULTS}/tables/provenance.json",
     params:
         args=lambda wc: plan.aggregate_args(config),
+    conda:
+        ENV
     log:
         f"{LOGS}/aggregate.log",
     resources:
@@ -55,6 +57,8 @@ rule figure:
         name="|".join(map(re.escape, config["figures"])) or "(?!)",
     params:
         spec=lambda wc: json.dumps(config["figures"][wc.name]),
+    conda:
+        ENV
     log:
         f"{LOGS}/figures/{{name}}.log",
     resources:

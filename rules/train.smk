@@ -10,6 +10,8 @@ rule train_surrogate:
         predictions=f"{RESULTS}/{{model}}/surrogates/{{kind}}/test_predictions.safetensors",
     params:
         args=lambda wc: plan.train_args(config, wc.kind),  # only this kind's settings: alpha reruns linear alone
+    conda:
+        ENV
     log:
         f"{LOGS}/train/{{model}}-{{kind}}.log",
     threads: model_resource("train", "cpus")

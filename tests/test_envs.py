@@ -71,3 +71,14 @@ def test_env_agrees_with_pyproject(path):
     python = conda.get("python")
     assert python, "pin the Python version the env is built with"
     assert Version(python) in SpecifierSet(pyproject()["requires-python"])
+
+
+def test_every_rule_runs_in_the_conda_environment():
+    """`--sdm conda` must reach every job: each rule with a command names envs/kvzap.yaml."""
+    import re
+
+    for path in sorted((ROOT / "rules").glob("*.smk")):
+        for rule in re.split(r"(?m)^(?=\s*rule\b)", path.read_text())[1:]:
+            if "shell:" in rule:
+                assert re.search(r"conda:\s*\n\s*ENV\b", rule), f"{path.name}: a rule without conda: ENV"
+    assert (ROOT / "workflow" / "../envs/kvzap.yaml").resolve() == ROOT / "envs" / "kvzap.yaml"

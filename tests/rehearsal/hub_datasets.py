@@ -369,13 +369,16 @@ def write_datasets_cache(datasets_cache: Path, repo_id: str, snapshot: Path, csv
 
 
 def build(cache: Path, tokenizer, ruler_lengths=RULER_LENGTHS, min_tokens: int = 100, max_tokens: int = 200,
+          ruler_tokens: dict[int, int] | None = None,
           datasets_cache: Path | None = None) -> dict[str, Path]:
     """Write the five repositories into the Hub cache `cache`; returns {repo id: snapshot folder}.
     `tokenizer` sizes RULER contexts to `ruler_lengths` and Nemotron texts to the oracle window
-    (min_tokens, max_tokens); pass the rehearsal's (RULER's own Hub data used Llama-3.1's).
+    (min_tokens, max_tokens); pass the rehearsal's (RULER's own Hub data used Llama-3.1's). `ruler_tokens` makes
+    the rows of a length folder shorter than its name ({16384: 2560}): the same files, cheaper to run on CPU.
     With `datasets_cache` (the run's HF_DATASETS_CACHE), kmfoda/booksum is also prepared there for
     kvpress's `load_dataset` call."""
-    ruler_files = {f"{n}/test-00000-of-00001.parquet": _parquet(ruler_rows(tokenizer, n)) for n in ruler_lengths}
+    sizes = {n: (ruler_tokens or {}).get(n, n) for n in ruler_lengths}
+    ruler_files = {f"{n}/test-00000-of-00001.parquet": _parquet(ruler_rows(tokenizer, sizes[n])) for n in ruler_lengths}
     repos = {
         ruler.HUB_DATASET: ruler_files,
         longbench.HUB_DATASET: {"data.zip": longbench_zip()},
