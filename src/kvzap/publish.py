@@ -28,8 +28,7 @@ SURROGATE_FILES = (CONFIG_NAME, WEIGHTS_NAME, "metrics.json")
 # The tau -> compression curve comes from result-table rows of the threshold-swept method of each
 # surrogate (kvzap.methods: "kvzap_linear", "kvzap_mlp"; its sweep value is the threshold tau), as
 # kvzap.aggregate writes them: `model` is the config's model key, `model_id` the model's id.
-MODEL_COLS, METHOD_COL, COMPRESSION_COL = ("model", "model_id"), "method", "compression_ratio"
-THRESHOLD_COLS = ("threshold", "value")
+MODEL_COLS, METHOD_COL, COMPRESSION_COL, TAU_COL = ("model", "model_id"), "method", "compression_ratio", "value"
 
 
 def short_name(model_id: str) -> str:
@@ -58,14 +57,13 @@ def tau_curve(tables: list[Path], model_names: set[str], kind: str) -> pd.DataFr
     parts = []
     for path in tables:
         df = pd.read_csv(path)
-        tau = next((c for c in THRESHOLD_COLS if c in df.columns), None)
-        if tau is None or not {METHOD_COL, COMPRESSION_COL} <= set(df.columns):
+        if not {METHOD_COL, COMPRESSION_COL, TAU_COL} <= set(df.columns):
             continue
         df = df[df[METHOD_COL] == f"kvzap_{kind}"]
         in_model = [df[c].astype(str).isin(model_names) for c in MODEL_COLS if c in df.columns]
         if in_model:
             df = df[pd.concat(in_model, axis=1).any(axis=1)]
-        parts.append(df[[tau, COMPRESSION_COL]].set_axis(["threshold", COMPRESSION_COL], axis=1))
+        parts.append(df[[TAU_COL, COMPRESSION_COL]].set_axis(["threshold", COMPRESSION_COL], axis=1))
     if not parts:
         return pd.DataFrame(columns=["threshold", COMPRESSION_COL])
     curve = pd.concat(parts).astype(float).dropna()

@@ -70,10 +70,6 @@ class Surrogate(nn.Module):
                 for _ in range(n_modules)
             )
 
-    @property
-    def kind(self) -> str:
-        return "linear" if self.hidden_dim is None else "mlp"
-
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         """h: (N, n_modules, input_dim) -> (N, n_modules, output_dim)."""
         return torch.stack([layer(h[:, i]) for i, layer in enumerate(self.layers)], dim=1)
