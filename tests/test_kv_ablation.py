@@ -217,3 +217,10 @@ def test_ablation_refuses_shards_without_kv(tmp_path):
     _collect(tmp_path / "train", n_prompts=1, store_kv=False)
     with pytest.raises(ValueError, match=r"shard-00000.safetensors holds no keys/values.*--store-kv"):
         kv_ablation.fit_kv_ridge(tmp_path / "train", device=torch.device("cpu"))
+
+
+def test_ridge_on_no_pairs_is_refused():
+    from pathlib import Path
+
+    with pytest.raises(ValueError, match=r"empty-split holds no oracle pairs.*rerun the oracle stage"):
+        train.ridge_solve(iter([]), 1.0, Path("empty-split"))
