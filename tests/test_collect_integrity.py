@@ -98,8 +98,8 @@ def test_non_finite_oracle_output_is_not_written(tmp_path, monkeypatch):
 
     calls = []
 
-    def poisoned(model, prompt, keep_positions):
-        scores = real(model, prompt, keep_positions=keep_positions)
+    def poisoned(model, prompt, keep_positions, **kwargs):
+        scores = real(model, prompt, keep_positions=keep_positions, **kwargs)
         calls.append(1)
         if len(calls) == 3:  # the third prompt (index 2)
             scores.kvzip_plus_log[0, 0, keep_positions[0]] = float("-inf")

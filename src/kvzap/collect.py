@@ -4,7 +4,9 @@ Layout of `out_dir` (one folder per split):
     settings.json                  everything that determines the shards (model revision and dtype, the
                                    prompts' sha256, sampling, seed...); a mismatch restarts from scratch
     shard-00000.safetensors        h (N, L, D) in the model's dtype, y (N, L, H) float32,
-    ...                            prompt (N,) int64 = prompt index in the split; format and checksum: kvzap.shards
+    ...                            prompt (N,) int64 = prompt index in the split; with --store-kv also
+                                   kv (N, L, H, 2*head_dim) = [key; value] as cached, in the model's dtype;
+                                   format and checksum: kvzap.shards
     manifest.json                  written last: settings, dims, per-shard counts and sha256; its presence = complete
 RAM holds at most one shard; a killed run resumes after the last complete shard (shards are written
 atomically). Token sampling is seeded per prompt, so reruns and resumes sample the same tokens.
@@ -49,8 +51,10 @@ def _resume_point(out_dir: Path, settings: dict) -> tuple[int, list[dict]]:
 
 
 def _shard_settings(settings: dict, model, model_record: dict, prompts: list[corpus.Prompt],
-                   tokens_per_prompt: int, shard_tokens: int, seed: int) -> dict:
-    """The caller's settings plus everything else the shards depend on: resuming requires all of it unchanged."""
+                   tokens_per_prompt: int, shard_tokens: int, seed: int, store_kv: bool) -> dict:
+    """The caller's settings plus everything else the shards depend on: resuming requires all of it unchanged.
+    `store_kv` is recorded only when on, so collections without kv keep the settings (and params_hash) they
+    always had, and switching it either way restarts the collection."""
     texts = hashlib.sha256("\0".join(prompt.text for prompt in prompts).encode()).hexdigest()
     return {
         **settings,
@@ -62,23 +66,32 @@ def _shard_settings(settings: dict, model, model_record: dict, prompts: list[cor
         "tokens_per_prompt": tokens_per_prompt,
         "shard_tokens": shard_tokens,
         "seed": seed,
+        **({"store_kv": True} if store_kv else {}),
     }
 
 
-def _finite_pair(h: torch.Tensor, y: torch.Tensor, prompt: corpus.Prompt, index: int) -> None:
-    for name, tensor in (("hidden states", h), ("log KVzip+ scores", y)):
+PAIR_NAMES = {"h": "hidden states", "y": "log KVzip+ scores", "kv": "keys/values"}
+
+
+def _finite_pair(tensors: dict[str, torch.Tensor], prompt: corpus.Prompt, index: int) -> None:
+    for key, tensor in tensors.items():
         if not torch.isfinite(tensor).all():
             raise ValueError(
-                f"Prompt {index} of the split ({prompt.subset} #{prompt.index}) gave non-finite {name}; nothing was "
-                "written for it. Check the model's dtype (try --dtype float32 or bfloat16) or drop this prompt.")
+                f"Prompt {index} of the split ({prompt.subset} #{prompt.index}) gave non-finite {PAIR_NAMES[key]}; "
+                "nothing was written for it. Check the model's dtype (try --dtype float32 or bfloat16) "
+                "or drop this prompt.")
 
 
 def collect_split(model, tokenizer, prompts: list[corpus.Prompt], out_dir: Path, settings: dict,
-                  tokens_per_prompt: int, shard_tokens: int, seed: int, model_record: dict) -> dict:
+                  tokens_per_prompt: int, shard_tokens: int, seed: int, model_record: dict,
+                  store_kv: bool = False) -> dict:
+    """Collect one split's pairs into `out_dir`; `store_kv` also keeps each sampled token's cached keys and
+    values (tensor `kv`), the inputs of the (k, v) surrogate ablation (kvzap.kv_ablation)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    settings = _shard_settings(settings, model, model_record, prompts, tokens_per_prompt, shard_tokens, seed)
+    settings = _shard_settings(settings, model, model_record, prompts, tokens_per_prompt, shard_tokens, seed,
+                               store_kv)
     start, shards = _resume_point(out_dir, settings)
-    buffer: dict[str, list[torch.Tensor]] = {"h": [], "y": [], "prompt": []}
+    buffer: dict[str, list[torch.Tensor]] = {"h": [], "y": [], "prompt": [], **({"kv": []} if store_kv else {})}
 
     def flush():
         if not buffer["y"]:
@@ -92,12 +105,15 @@ def collect_split(model, tokenizer, prompts: list[corpus.Prompt], out_dir: Path,
         prompt = build_repeat_prompt(tokenizer, prompts[index].text)
         n_context = prompt.context.stop - prompt.context.start
         positions = sample_positions(n_context, tokens_per_prompt, seed, index)
-        scores = oracle_scores(model, prompt, keep_positions=positions)
-        h = scores.hidden.transpose(0, 1)  # (n, L, D)
-        y = scores.kvzip_plus_log[:, :, positions].permute(2, 0, 1).float()  # (n, L, H)
-        _finite_pair(h, y, prompts[index], index)
-        buffer["h"].append(h)
-        buffer["y"].append(y)
+        scores = oracle_scores(model, prompt, keep_positions=positions, keep_kv=store_kv)
+        pair = {
+            "h": scores.hidden.transpose(0, 1),  # (n, L, D)
+            "y": scores.kvzip_plus_log[:, :, positions].permute(2, 0, 1).float(),  # (n, L, H)
+            **({"kv": scores.kv.permute(2, 0, 1, 3)} if store_kv else {}),  # (n, L, H, 2d)
+        }
+        _finite_pair(pair, prompts[index], index)
+        for key, tensor in pair.items():
+            buffer[key].append(tensor)
         buffer["prompt"].append(torch.full((len(positions),), index, dtype=torch.int64))
         if sum(len(part) for part in buffer["y"]) >= shard_tokens:
             flush()
@@ -130,6 +146,8 @@ def main() -> None:
     parser.add_argument("--shard-tokens", type=int, default=20_000)
     parser.add_argument("--dtype", default="auto")
     parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--store-kv", action="store_true",
+                        help="also store each sampled token's cached keys and values (for kvzap.kv_ablation)")
     parser.add_argument("--out", type=Path, required=True, help="folder receiving train/ and test/")
     args = parser.parse_args()
 
@@ -143,7 +161,7 @@ def main() -> None:
             "n_test": args.n_test, "n_train": args.n_train, "dtype": args.dtype,
         }
         manifest = collect_split(model, tokenizer, prompts[split], args.out / split, settings,
-                                 args.tokens_per_prompt, args.shard_tokens, args.seed, record)
+                                 args.tokens_per_prompt, args.shard_tokens, args.seed, record, args.store_kv)
         print(f"{split}: {manifest['n_prompts']} prompts, {manifest['n_pairs']} pairs in {len(manifest['shards'])} shards")
 
 

@@ -59,6 +59,7 @@ class OracleScores:
     kvzip: torch.Tensor  # (L, H_kv, C) attention weights in [0, 1]
     kvzip_plus_log: torch.Tensor  # (L, H_kv, C) natural log of KVzip+
     hidden: torch.Tensor | None  # (L, n, D) attention inputs at the requested context positions
+    kv: torch.Tensor | None = None  # (L, H_kv, n, 2d) cached [key; value] at those positions, model dtype
 
 
 CONTEXT_SLOT = "KVZAPCONTEXTSLOT"  # stands in for the context while rendering the chat template
@@ -163,12 +164,14 @@ def _queries(module: nn.Module, h: torch.Tensor, cos: torch.Tensor, sin: torch.T
 
 
 class _LayerScorer:
-    """Forward hook: during the user-turn prefill keeps the requested attention inputs; during a repeat
-    forward scores the context positions `self.scored` by the last `self.n_repeat` tokens."""
+    """Forward hook: during the user-turn prefill keeps the requested attention inputs (and, with `keep_kv`,
+    the keys and values the module cached for them); during a repeat forward scores the context positions
+    `self.scored` by the last `self.n_repeat` tokens."""
 
-    def __init__(self, model: PreTrainedModel, context: slice, query_chunk: int, keep_positions: torch.Tensor | None):
+    def __init__(self, model: PreTrainedModel, context: slice, query_chunk: int, keep_positions: torch.Tensor | None,
+                 keep_kv: bool = False):
         cfg = model.config
-        self.query_chunk, self.keep_positions = query_chunk, keep_positions
+        self.query_chunk, self.keep_positions, self.keep_kv = query_chunk, keep_positions, keep_kv
         self.context_start = context.start
         n_ctx = context.stop - context.start
         self.scored: slice | None = None
@@ -176,6 +179,7 @@ class _LayerScorer:
         self.kvzip = torch.zeros(cfg.num_hidden_layers, cfg.num_key_value_heads, n_ctx)  # (L, H_kv, C)
         self.plus_log = torch.zeros_like(self.kvzip)
         self.hidden: dict[int, torch.Tensor] = {}
+        self.kv: dict[int, torch.Tensor] = {}
 
     @torch.no_grad()
     def __call__(self, module: nn.Module, args, kwargs, output):
@@ -183,7 +187,11 @@ class _LayerScorer:
         h = kwargs["hidden_states"][0]  # (n, D) the tokens of this forward, batch of one
         if self.scored is None:
             if self.keep_positions is not None:
-                self.hidden[layer] = h[self.context_start + self.keep_positions.to(h.device)].cpu()
+                rows = self.context_start + self.keep_positions.to(h.device)
+                self.hidden[layer] = h[rows].cpu()
+                if self.keep_kv:  # the cache as the model wrote it: RoPE'd (and k-normed) keys, in its dtype
+                    cached = kwargs["past_key_values"].layers[layer]
+                    self.kv[layer] = torch.cat([cached.keys[0, :, rows], cached.values[0, :, rows]], dim=-1).cpu()
             return
         cached = kwargs["past_key_values"].layers[layer]
         keys = cached.keys[0].float()  # (H_kv, T, d) RoPE'd, the whole sequence this forward attends to
@@ -230,17 +238,21 @@ def oracle_scores(
     keep_positions: torch.Tensor | None = None,
     query_chunk: int = 256,
     chunk_tokens: int | None = CHUNK_TOKENS,
+    keep_kv: bool = False,
 ) -> OracleScores:
     """Score every (layer, kv-head, context token); optionally keep the attention inputs at `keep_positions`
-    (indices into the context span), which are the surrogate's training inputs. `chunk_tokens=None` repeats
-    the whole context in one forward (kvpress's data.py definition) whatever its length."""
+    (indices into the context span), which are the surrogate's training inputs, and with `keep_kv` the
+    cached keys and values there (the inputs of the paper's (k, v) surrogate ablation). `chunk_tokens=None`
+    repeats the whole context in one forward (kvpress's data.py definition) whatever its length."""
+    if keep_kv and keep_positions is None:
+        raise ValueError("keep_kv=True needs keep_positions: the keys and values are kept at those context positions.")
     ids, ctx = prompt.input_ids, prompt.context
     chunks = repeat_chunks(prompt, chunk_tokens)
     window = getattr(model.config, "sliding_window", None)
     if window is not None and ctx.stop + max(len(c) for c, _, _ in chunks) > window:
         raise ValueError(f"Sliding-window attention ({window} tokens) is shorter than the repeat prompt: "
                          "the oracle's full-softmax attention weights would not be the model's.")
-    scorer = _LayerScorer(model, ctx, query_chunk, keep_positions)
+    scorer = _LayerScorer(model, ctx, query_chunk, keep_positions, keep_kv)
     handles = [m.register_forward_hook(scorer, with_kwargs=True) for m in attention_modules(model)]
     device = next(model.parameters()).device
     cache = DynamicCache()  # full-attention layers whatever the config, so crop() always applies
@@ -258,4 +270,5 @@ def oracle_scores(
         kvzip=scorer.kvzip,
         kvzip_plus_log=scorer.plus_log,
         hidden=torch.stack([scorer.hidden[i] for i in layers]) if keep_positions is not None else None,
+        kv=torch.stack([scorer.kv[i] for i in layers]) if keep_kv else None,
     )

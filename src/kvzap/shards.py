@@ -1,8 +1,10 @@
-"""The oracle shard format: safetensors files of aligned h / y / prompt rows, checksummed.
+"""The oracle shard format: safetensors files of aligned h / y / prompt rows (and optionally kv), checksummed.
 
 Each shard's header metadata holds ONE key, "record" = JSON {n, last_prompt, sha256} (one key because
 safetensors writes several in random order, and shards must be byte-reproducible). sha256 covers the raw
 bytes of the tensors in name order, so corrupted tensor data stops the pipeline instead of training on it.
+The optional `kv` tensor (the cached keys and values, for the (k, v) surrogate ablation) is covered by the
+same checksum; a shard without it is the same file it was before `kv` existed.
 
 Readers: `read_shard` loads and verifies one shard; `shard_record` reads the header only (resuming a
 collection); `ShardRows` memory-maps many shards and gathers arbitrary rows (a global shuffle in bounded memory).
@@ -22,7 +24,8 @@ from safetensors.torch import load_file, save_file
 
 from kvzap.io import atomic_path
 
-TENSOR_NAMES = {"h", "y", "prompt"}
+TENSOR_NAMES = {"h", "y", "prompt"}  # every shard holds these
+OPTIONAL_TENSOR_NAMES = {"kv"}  # written by `kvzap.collect --store-kv` only
 # safetensors dtype -> (numpy storage dtype, torch dtype); bf16 has no numpy dtype: stored as int16, reinterpreted
 DTYPES = {
     "BF16": (np.int16, torch.bfloat16),
@@ -49,7 +52,7 @@ def _tensor_bytes(tensor: torch.Tensor) -> np.ndarray:
 
 
 def write_shard(path: Path, tensors: dict[str, torch.Tensor]) -> dict:
-    """Write aligned h / y / prompt tensors atomically; returns the shard's manifest entry."""
+    """Write aligned h / y / prompt (/ kv) tensors atomically; returns the shard's manifest entry."""
     tensors = {name: t.contiguous() for name, t in tensors.items()}
     record = {"n": len(tensors["y"]), "last_prompt": int(tensors["prompt"].max()),
               "sha256": _sha256({name: _tensor_bytes(t) for name, t in tensors.items()})}
@@ -81,8 +84,9 @@ def shard_record(path: Path) -> dict:
 
 
 def _check_aligned(path: Path, lengths: dict[str, int], record: dict) -> None:
-    if set(lengths) != TENSOR_NAMES or len(set(lengths.values())) != 1 or lengths["y"] != record["n"]:
-        raise _corrupt(path, f"expected aligned h / y / prompt tensors of {record['n']} rows, found {lengths}")
+    names_ok = TENSOR_NAMES <= set(lengths) <= TENSOR_NAMES | OPTIONAL_TENSOR_NAMES
+    if not names_ok or len(set(lengths.values())) != 1 or lengths["y"] != record["n"]:
+        raise _corrupt(path, f"expected aligned h / y / prompt (/ kv) tensors of {record['n']} rows, found {lengths}")
 
 
 def read_shard(path: Path) -> dict[str, torch.Tensor]:
@@ -102,7 +106,7 @@ def _memmaps(path: Path) -> dict[str, tuple[np.memmap, torch.dtype]]:
     start, header = _header(path)
     maps = {}
     try:
-        for name in TENSOR_NAMES:
+        for name in TENSOR_NAMES | (OPTIONAL_TENSOR_NAMES & set(header)):
             info = header[name]
             storage, dtype = DTYPES[info["dtype"]]
             begin, end = info["data_offsets"]

@@ -1,7 +1,8 @@
 """Fit KVzap surrogates on oracle shards and measure them on held-out prompts.
 
 KVzap-Linear: ridge regression (alpha 1, with intercept, as scikit-learn's Ridge()) solved per layer from
-normal equations accumulated over the shards in float64, so the data never has to fit in memory.
+normal equations accumulated over the shards in float64, so the data never has to fit in memory (`ridge_solve`,
+shared with the (k, v) ablation in kvzap.kv_ablation).
 KVzap-MLP: D -> D/8 -> GELU -> H per layer, all layers in one network, AdamW + cosine schedule +
 grad-norm clipping, seeded 5% validation split. Each epoch shuffles all pairs globally; minibatches are
 gathered from memory-mapped shards, so memory stays bounded. It checkpoints every epoch; a resume
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
@@ -48,28 +50,42 @@ def device_default() -> torch.device:
 # ---------------------------------------------------------------- ridge
 
 
-def fit_ridge(folder: Path, alpha: float = 1.0, device: torch.device | None = None) -> Surrogate:
-    device = device or device_default()
+def ridge_solve(batches: Iterable[tuple[torch.Tensor, torch.Tensor]], alpha: float, source: Path
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Ridge regression with an unpenalised intercept (scikit-learn's Ridge), from float64 normal equations
+    accumulated batch by batch, so the data never has to fit in memory. Each batch is x (..., n, D) and
+    y (..., n, K); the leading dims index independent problems (a layer, a (layer, head)...).
+    Returns weight (..., D, K) and bias (..., K). `source` names the data in errors."""
     sxx = sx = sxy = sy = n = 0
-    for path in tqdm(shards(folder), desc="ridge: accumulate"):
-        shard = read_shard(path)
-        x = shard["h"].to(device, torch.float64).transpose(0, 1)  # (L, N, D)
-        y = shard["y"].to(device, torch.float64).transpose(0, 1)  # (L, N, H)
-        sxx = sxx + x.transpose(1, 2) @ x  # (L, D, D)
-        sxy = sxy + x.transpose(1, 2) @ y  # (L, D, H)
-        sx = sx + x.sum(dim=1)  # (L, D)
-        sy = sy + y.sum(dim=1)  # (L, H)
-        n += x.shape[1]
+    for x, y in batches:
+        x, y = x.double(), y.double()
+        sxx = sxx + x.transpose(-1, -2) @ x  # (..., D, D)
+        sxy = sxy + x.transpose(-1, -2) @ y  # (..., D, K)
+        sx = sx + x.sum(dim=-2)  # (..., D)
+        sy = sy + y.sum(dim=-2)  # (..., K)
+        n += x.shape[-2]
+    if n == 0:
+        raise ValueError(f"{source} holds no oracle pairs to fit a ridge on: rerun the oracle stage (kvzap.collect).")
     mean_x, mean_y = sx / n, sy / n
     # Centre the sums: X_c^T X_c = Sxx - n mx mx^T, X_c^T y_c = Sxy - n mx my^T (the intercept is not penalised).
-    xtx = sxx - n * mean_x[:, :, None] * mean_x[:, None, :]
-    xty = sxy - n * mean_x[:, :, None] * mean_y[:, None, :]
-    eye = torch.eye(xtx.shape[-1], dtype=torch.float64, device=device)
-    weight = torch.linalg.solve(xtx + alpha * eye, xty)  # (L, D, H)
-    bias = mean_y - (mean_x[:, None, :] @ weight)[:, 0]  # (L, H)
+    xtx = sxx - n * mean_x[..., :, None] * mean_x[..., None, :]
+    xty = sxy - n * mean_x[..., :, None] * mean_y[..., None, :]
+    eye = torch.eye(xtx.shape[-1], dtype=torch.float64, device=xtx.device)
+    weight = torch.linalg.solve(xtx + alpha * eye, xty)  # (..., D, K)
+    bias = mean_y - (mean_x[..., None, :] @ weight)[..., 0, :]  # (..., K)
     if not (torch.isfinite(weight).all() and torch.isfinite(bias).all()):
-        raise FloatingPointError(f"The ridge solution for {folder} is not finite: the oracle pairs hold NaN/inf or "
+        raise FloatingPointError(f"The ridge solution for {source} is not finite: the oracle pairs hold NaN/inf or "
                                  "overflow float64. Rerun the oracle stage (kvzap.collect) for this model.")
+    return weight, bias
+
+
+def fit_ridge(folder: Path, alpha: float = 1.0, device: torch.device | None = None) -> Surrogate:
+    """KVzap-Linear: one ridge per layer from h (D inputs) to the log scores of all its KV heads."""
+    device = device or device_default()
+    batches = ((shard["h"].to(device, torch.float64).transpose(0, 1),  # (L, N, D)
+                shard["y"].to(device, torch.float64).transpose(0, 1))  # (L, N, H)
+               for shard in map(read_shard, tqdm(shards(folder), desc="ridge: accumulate")))
+    weight, bias = ridge_solve(batches, alpha, folder)  # (L, D, H), (L, H)
     n_layers, dim, heads = weight.shape
     model = Surrogate(dim, heads, n_layers)
     with torch.no_grad():
