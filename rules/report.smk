@@ -14,6 +14,7 @@ rule aggregate:
         cells=all_cell_metrics,
         surrogates=surrogate_metrics,
         models=[f"{RESULTS}/{m}/model.json" for m in config["models"]],
+        kv_ablations=plan.kv_ablation_files(config),
     output:
         **{name: f"{RESULTS}/tables/{name}.csv" for name in plan.TABLES},
         markdown=f"{RESULTS}/tables/results.md",
@@ -31,6 +32,7 @@ rule aggregate:
         runtime=30,
     shell:
         "{PYTHON} -m kvzap.aggregate {params.args} --surrogates {input.surrogates} --models {input.models} "
+        "--kv-ablations {input.kv_ablations} "
         "--out {RESULTS}/tables > {log} 2>&1"
 
 

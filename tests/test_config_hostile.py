@@ -225,3 +225,7 @@ def test_snakemake_refuses_before_any_job(tmp_path, extra):
     assert "Invalid configuration: " in result.stderr + result.stdout
     assert "Job stats" not in result.stdout
     assert not (ROOT / "pwned").exists() and not (ROOT.parent / "pwned.png").exists()
+
+
+def test_kv_ablation_models_must_exist():
+    assert "ablations.kv_input.models[0]" in refused(lambda c: c.update(ablations={"kv_input": {"models": ["qwen"]}}))

@@ -41,6 +41,7 @@ def test_same_figures_tables_corpus_and_publishing():
         assert REHEARSAL[key] == PAPER[key], key
     assert REHEARSAL["oracle"]["corpus"] == PAPER["oracle"]["corpus"]
     assert REHEARSAL["training"]["surrogates"] == PAPER["training"]["surrogates"]
+    assert REHEARSAL["ablations"]["kv_input"]["models"] == PAPER["ablations"]["kv_input"]["models"]
     assert REHEARSAL["results"] != PAPER.get("results", "results")  # never mixes with real results
 
 

@@ -9,6 +9,7 @@ best_auto.csv        per model, the configuration with the highest mean compress
 overhead.csv         Table 3: the surrogates' FLOPs per decoder layer, from each model's config.json (--models)
 aime_rollouts.csv    Table 4: AIME25 correct answers per rollout and pass@1
 window_ablation.csv  §3.8: KVzap-MLP on LongBench LCC with sliding window 0 / 128 / 512
+kv_ablation.csv      App. A: held-out R^2 of ridge surrogates fed (k, v) instead of h (--kv-ablations)
 missing.csv          expected cells that do not exist (only allowed with --allow-missing); the tables built from
                      cells then carry partial=True and results.md names the missing cells at its top
 results.md           every table as Markdown
@@ -52,6 +53,17 @@ def surrogate_row(path: Path) -> dict:
             "n_test_pairs": metrics["n_test_pairs"]}
 
 
+def kv_ablation_table(files: list[Path]) -> pd.DataFrame:
+    """One row per (model, input) from kvzap.kv_ablation's JSON files (results/<model>/ablations/...)."""
+    rows = []
+    for path in files:
+        result = json.loads(Path(path).read_text())
+        rows += [{"model_id": result["model_id"], "input": row["input"], "r2_mean": round(row["r2_mean"], 4),
+                  "n_train_pairs": result["n_train_pairs"], "n_test_pairs": result["n_test_pairs"]}
+                 for row in result["rows"]]
+    return pd.DataFrame(rows, columns=["model_id", "input", "r2_mean", "n_train_pairs", "n_test_pairs"])
+
+
 def split_missing(cell_files: list[Path], allow_missing: bool) -> tuple[list[Path], list[Path]]:
     """(existing, missing) expected cells; a missing cell is an error unless the caller accepts partial tables."""
     present = [p for p in cell_files if p.exists()]
@@ -78,7 +90,7 @@ def _partial_banner(missing: pd.DataFrame, n_expected: int) -> str:
 
 def aggregate(cell_files: list[Path], surrogate_files: list[Path], out: Path, *, allow_missing: bool = False,
               table2_choice: dict | None = None, tolerance: float = 1.0,
-              model_records: list[Path] = ()) -> pd.DataFrame:
+              model_records: list[Path] = (), kv_ablations: list[Path] = ()) -> pd.DataFrame:
     """Write every table under `out`; returns the per-cell results."""
     present, missing_files = split_missing(cell_files, allow_missing)
     rows = {path: cell_row(path) for path in present}
@@ -98,6 +110,7 @@ def aggregate(cell_files: list[Path], surrogate_files: list[Path], out: Path, *,
     other = {
         "surrogates": ("Table 1: surrogate fit (mean R^2)", pd.DataFrame([surrogate_row(p) for p in surrogate_files])),
         "overhead": ("Table 3: surrogate FLOPs relative to a decoder layer", overhead_table(list(model_records))),
+        "kv_ablation": ("Surrogate input ablation: R^2 from h vs from (k, v)", kv_ablation_table(kv_ablations)),
         "missing": ("Missing cells", missing),
     }
     sections = [_partial_banner(missing, len(cell_files))] if partial else []
@@ -125,10 +138,12 @@ def main() -> None:
                         help='Table 2 configuration per model, JSON: {"<model>": {"method": "kvzap_mlp", "value": -4}}')
     parser.add_argument("--tolerance", type=float, default=1.0, help="best_auto.csv: allowed score drop in points")
     parser.add_argument("--models", type=Path, nargs="*", default=[], help="results/<model>/model.json (Table 3)")
+    parser.add_argument("--kv-ablations", type=Path, nargs="*", default=[], help="kvzap.kv_ablation JSON files")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     results = aggregate(args.cells, args.surrogates, args.out, allow_missing=args.allow_missing,
-                        table2_choice=args.table2, tolerance=args.tolerance, model_records=args.models)
+                        table2_choice=args.table2, tolerance=args.tolerance, model_records=args.models,
+                        kv_ablations=args.kv_ablations)
     print(f"{len(results)} cells -> {args.out}/results.csv")
 
 

@@ -256,6 +256,9 @@ def check(config: dict) -> None:
     for name, fig in config.get("figures", {}).items():
         _check_figure(config, name, fig)
     _check_tables(config)
+    for i, model in enumerate(config["ablations"]["kv_input"]["models"]):
+        if model not in config["models"]:
+            fail(f"ablations.kv_input.models[{i}]", model, "not defined under models", f"use some of {list(config['models'])}")
 
 
 # ------------------------------------------------------------------ the sweep
@@ -326,12 +329,20 @@ def train_args(config: dict, kind: str) -> str:
     return shlex.join(args)
 
 
-def oracle_args(config: dict, model: str) -> str:
-    oracle = config["oracle"]
+def oracle_args(config: dict, model: str, kv_ablation: bool = False) -> str:
+    """The oracle collection; for the (k, v)-input ablation, its own smaller collection that also stores k and v."""
+    oracle = dict(config["oracle"])
     args = ["--corpus", oracle["corpus"], "--dtype", config["models"][model]["dtype"], "--seed", str(config["seed"])]
+    if kv_ablation:
+        oracle["n_train"] = config["ablations"]["kv_input"]["n_train"]
+        args.append("--store-kv")
     for key in ("min_tokens", "max_tokens", "n_test", "n_train", "tokens_per_prompt", "shard_tokens"):
         args += [f"--{key.replace('_', '-')}", str(oracle[key])]
     return shlex.join(args)
+
+
+def kv_ablation_files(config: dict) -> list[str]:
+    return [f"{config['results']}/{m}/ablations/kv_ablation.json" for m in config["ablations"]["kv_input"]["models"]]
 
 
 def prepare_args(config: dict, model: str) -> str:
@@ -389,7 +400,8 @@ def publish_args(config: dict, surrogates: list[str]) -> str:
 
 
 # Tables kvzap.aggregate writes (CSV), beside results.md and provenance.json.
-TABLES = ("results", "surrogates", "best", "best_auto", "overhead", "aime_rollouts", "window_ablation", "missing")
+TABLES = ("results", "surrogates", "best", "best_auto", "overhead", "aime_rollouts", "window_ablation", "kv_ablation",
+          "missing")
 
 
 def cell_metrics(config: dict) -> list[str]:
