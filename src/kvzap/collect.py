@@ -134,22 +134,27 @@ def collect_split(model, tokenizer, prompts: list[corpus.Prompt], out_dir: Path,
     return manifest
 
 
-def main() -> None:
+def build_parser() -> argparse.ArgumentParser:
+    """Every setting is required: its one default lives in config/schema.json (the rules pass them all)."""
     parser = argparse.ArgumentParser(description="Collect oracle (h, log KVzip+) pairs for surrogate training.")
     parser.add_argument("--model", type=Path, required=True, help="model.json written by kvzap.models")
     parser.add_argument("--corpus", required=True)
-    parser.add_argument("--min-tokens", type=int, default=750)
-    parser.add_argument("--max-tokens", type=int, default=1250)
-    parser.add_argument("--n-test", type=int, default=5, help="held-out prompts per subset")
-    parser.add_argument("--n-train", type=int, default=500, help="training prompts per subset")
-    parser.add_argument("--tokens-per-prompt", type=int, default=500)
-    parser.add_argument("--shard-tokens", type=int, default=20_000)
-    parser.add_argument("--dtype", default="auto")
-    parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--min-tokens", type=int, required=True)
+    parser.add_argument("--max-tokens", type=int, required=True)
+    parser.add_argument("--n-test", type=int, required=True, help="held-out prompts per subset")
+    parser.add_argument("--n-train", type=int, required=True, help="training prompts per subset")
+    parser.add_argument("--tokens-per-prompt", type=int, required=True)
+    parser.add_argument("--shard-tokens", type=int, required=True)
+    parser.add_argument("--dtype", required=True)
+    parser.add_argument("--seed", type=int, required=True)
     parser.add_argument("--store-kv", action="store_true",
                         help="also store each sampled token's cached keys and values (for kvzap.kv_ablation)")
     parser.add_argument("--out", type=Path, required=True, help="folder receiving train/ and test/")
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = build_parser().parse_args()
 
     torch.manual_seed(args.seed)
     model, tokenizer = models.load(args.model, dtype=args.dtype)

@@ -27,6 +27,7 @@ from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
 from kvzap.io import atomic_path, atomic_write_json
+from kvzap.plan import TRAINING_KEYS
 from kvzap.provenance import stamp
 from kvzap.shards import ShardRows, read_shard
 from kvzap.surrogate import Surrogate
@@ -252,18 +253,27 @@ def predict(model: Surrogate, folder: Path, batch_size: int = 4096) -> tuple[tor
     return torch.cat(trues), torch.cat(preds)
 
 
-def main() -> None:
+def build_parser() -> argparse.ArgumentParser:
+    """No defaults for the settings: their one default lives in config/schema.json; each kind needs its own."""
     parser = argparse.ArgumentParser(description="Train a KVzap surrogate (linear or MLP) on oracle shards.")
     parser.add_argument("--kind", choices=["linear", "mlp"], required=True)
     parser.add_argument("--data", type=Path, required=True, help="oracle folder with train/ and test/")
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--alpha", type=float, default=1.0)
-    parser.add_argument("--epochs", type=int, default=15)
-    parser.add_argument("--lr", type=float, default=5e-3)
-    parser.add_argument("--batch-size", type=int, default=512)
+    parser.add_argument("--alpha", type=float, help="ridge penalty (linear)")
+    parser.add_argument("--epochs", type=int, help="MLP epochs")
+    parser.add_argument("--lr", type=float, help="MLP learning rate")
+    parser.add_argument("--batch-size", type=int, help="MLP batch size")
     parser.add_argument("--hidden-dim", type=int, default=None, help="default: input_dim / 8")
-    parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--seed", type=int, required=True)
+    return parser
+
+
+def main() -> None:
+    parser = build_parser()
     args = parser.parse_args()
+    missing = [f"--{k.replace('_', '-')}" for k in TRAINING_KEYS[args.kind] if getattr(args, k) is None]
+    if missing:
+        parser.error(f"--kind {args.kind} needs {' '.join(missing)}")
 
     args.out.mkdir(parents=True, exist_ok=True)
     train_manifest = load_manifest(args.data / "train")

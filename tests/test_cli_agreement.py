@@ -1,0 +1,57 @@
+"""The rules' command lines (kvzap.plan) and the modules' CLIs agree: every flag the plan passes parses, and no
+setting the plan passes has a second default in a CLI (its one default is in config/schema.json)."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import pytest
+import yaml
+from snakemake.utils import validate as fill_defaults
+
+from kvzap import collect, evaluate, plan, train
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def planned(name: str) -> dict:
+    config = yaml.safe_load((ROOT / "config" / name).read_text())
+    fill_defaults(config, str(ROOT / "config" / "schema.json"))
+    return config
+
+
+def _no_second_default(parser, words: list[str]) -> None:
+    for action in parser._actions:
+        if any(flag in words for flag in action.option_strings) and action.nargs != 0:
+            assert action.default is None, f"{action.option_strings} has a default of its own: {action.default!r}"
+
+
+@pytest.mark.parametrize("name", ["ci.yaml", "config.yaml", "paper.yaml", "rehearsal.yaml"])
+def test_plan_command_lines_parse(name):
+    config = planned(name)
+    model = next(iter(config["models"]))
+    words = shlex.split(plan.oracle_args(config, model)) + ["--model", "m.json", "--out", "o"]
+    args = collect.build_parser().parse_args(words)
+    assert (args.min_tokens, args.n_train, args.seed) == (config["oracle"]["min_tokens"], config["oracle"]["n_train"],
+                                                           config["seed"])
+    _no_second_default(collect.build_parser(), words)
+    for kind in ("linear", "mlp"):
+        words = shlex.split(plan.train_args(config, kind)) + ["--data", "d", "--out", "o"]
+        args = train.build_parser().parse_args(words)
+        for key in plan.TRAINING_KEYS[kind]:
+            assert getattr(args, key) == config["training"][key]
+        _no_second_default(train.build_parser(), words)
+    for cell in plan.cells(config)[:50]:
+        words = shlex.split(plan.evaluate_args(config, cell.model, cell.bench, cell.method, cell.value, 0,
+                                               config["evaluation"]["benchmarks"][cell.bench]["shards"]))
+        args = evaluate.parse_args(["--model", "m.json", *words])
+        assert args.method == cell.method and args.subsets == config["evaluation"]["benchmarks"][cell.bench]["subsets"]
+        assert len(args.out) == len(args.subsets)
+
+
+def test_training_kind_needs_its_settings(capsys, monkeypatch):
+    monkeypatch.setattr("sys.argv", ["train", "--kind", "mlp", "--data", "d", "--out", "o", "--seed", "1"])
+    with pytest.raises(SystemExit):
+        train.main()
+    assert "--kind mlp needs --epochs --lr --batch-size" in capsys.readouterr().err
