@@ -18,19 +18,40 @@ export HF_HUB_CACHE=$hub HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 HF_DATASETS_CACH
 export KVZAP_SLURM_PARTITION=${KVZAP_CI_PARTITION:-gpu} KVZAP_SLURM_ACCOUNT=${KVZAP_CI_ACCOUNT:-kvzap}
 rm -rf results/rehearsal
 
-t0=$SECONDS
+# Cells that crash for a reason outside kvzap, each with its reason; any other failed cell fails the rehearsal.
+KNOWN_FAILURES=${KVZAP_KNOWN_FAILURES:-'/pyramidkv/'}  # kvpress 0.5.5 PyramidKV + transformers 5.2: per-layer cache lengths vs one sdpa mask
+
 if [[ ${1:-} == --local ]]; then
-  snakemake all --cores 2 --configfile config/rehearsal.yaml >"$hub/run.log" 2>&1 || { tail -n 60 "$hub/run.log"; fail "local run"; }
+  run() { snakemake all --cores 2 --keep-going --configfile config/rehearsal.yaml "$@"; }
 else
-  snakemake all --profile slurm --configfile config/rehearsal.yaml --slurm-init-seconds-before-status-checks 2 \
-    --latency-wait 5 --retries 0 >"$hub/run.log" 2>&1 || { tail -n 80 "$hub/run.log"; fail "SLURM run"; }
-  total=$(awk '$1 == "total" {print $2; exit}' "$hub/run.log")
-  submitted=$(grep -c 'has been submitted with SLURM jobid' "$hub/run.log" || true)
-  localrules=$(grep -c '^localrule ' "$hub/run.log" || true)
-  log "jobs: total=$total submitted=$submitted local=$localrules"
-  ((submitted + localrules == total)) || fail "$((total - submitted - localrules)) job(s) bypassed sbatch"
+  run() {
+    snakemake all --profile slurm --keep-going --configfile config/rehearsal.yaml --slurm-init-seconds-before-status-checks 2 \
+      --latency-wait 5 --retries 0 "$@"
+  }
+fi
+t0=$SECONDS
+if ! run >"$hub/run.log" 2>&1; then
+  # A failed cell must not cost the study: aggregate what exists, naming what is missing.
+  grep -A6 '^Error in rule' "$hub/run.log" | sed -n 's/^ *log: \(\S*\).*/\1/p' >&2
+  run --config 'tables={allow_missing: true}' >"$hub/partial.log" 2>&1 || { tail -n 80 "$hub/partial.log"; fail "partial run"; }
 fi
 log "run: $((SECONDS - t0)) s"
+if [[ ${1:-} != --local ]]; then
+  submitted=$(cat "$hub"/*.log | grep -c 'has been submitted with SLURM jobid' || true)
+  bypassed=$(cat "$hub"/*.log | grep -E '^localrule ' | grep -vcE '^localrule (merge_|all)' || true)
+  log "jobs submitted through SLURM: $submitted"
+  ((bypassed == 0)) || fail "$bypassed job(s) bypassed sbatch"
+fi
+python - "$KNOWN_FAILURES" <<'EOF_PY' || fail "cells failed"
+import re, sys
+from pathlib import Path
+import pandas as pd
+missing = pd.read_csv("results/rehearsal/tables/missing.csv")["path"].tolist()
+unknown = [p for p in missing if not re.search(sys.argv[1], p)]
+print("\n".join(f"missing (known: {sys.argv[1]}): {p}" for p in missing if p not in unknown))
+print("\n".join(f"FAILED: {p}" for p in unknown))
+sys.exit(1 if unknown else 0)
+EOF_PY
 
 # Every table and figure of the paper config, by name.
 python - <<'EOF_PY' || fail "missing outputs"
@@ -39,7 +60,9 @@ from pathlib import Path
 import yaml
 config = yaml.safe_load(Path("config/rehearsal.yaml").read_text())
 root = Path(config["results"])
-expected = [root / "tables" / f for f in ("results.csv", "results.md", "surrogates.csv", "best.csv", "provenance.json")]
+expected = [root / "tables" / f"{name}.csv" for name in
+            ("results", "surrogates", "best", "best_auto", "overhead", "aime_rollouts", "window_ablation", "kv_ablation", "missing")]
+expected += [root / "tables" / f for f in ("results.md", "provenance.json")]
 expected += [root / "figures" / f"{name}.{ext}" for name in config["figures"] for ext in ("png", "pdf")]
 missing = [str(p) for p in expected if not p.is_file() or p.stat().st_size == 0]
 for p in expected:

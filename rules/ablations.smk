@@ -21,7 +21,7 @@ rule oracle_kv_data:
         mem_mb=model_resource("oracle", "mem_mb"),
         runtime=model_resource("oracle", "runtime"),
     shell:
-        "{PYTHON} -m kvzap.collect --model {input} {params.args} --out {RESULTS}/{wildcards.model}/oracle-kv > {log} 2>&1"
+        "OMP_NUM_THREADS={threads} {PYTHON} -m kvzap.collect --model {input} {params.args} --out {RESULTS}/{wildcards.model}/oracle-kv > {log} 2>&1"
 
 
 rule kv_ablation:
@@ -44,5 +44,5 @@ rule kv_ablation:
         mem_mb=model_resource("train", "mem_mb"),
         runtime=model_resource("train", "runtime"),
     shell:
-        "{PYTHON} -m kvzap.kv_ablation --data {RESULTS}/{wildcards.model}/oracle-kv --alpha {params.alpha} "
+        "OMP_NUM_THREADS={threads} {PYTHON} -m kvzap.kv_ablation --data {RESULTS}/{wildcards.model}/oracle-kv --alpha {params.alpha} "
         "--out $(dirname {output}) > {log} 2>&1"

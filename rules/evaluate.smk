@@ -44,7 +44,7 @@ for BENCH, SPEC in config["evaluation"]["benchmarks"].items():
             mem_mb=model_resource("evaluate", "mem_mb"),
             runtime=model_resource("evaluate", "runtime"),
         shell:
-            "{PYTHON} -m kvzap.evaluate --model {input.model} {params.args} > {log} 2>&1"
+            "OMP_NUM_THREADS={threads} {PYTHON} -m kvzap.evaluate --model {input.model} {params.args} > {log} 2>&1"
 
     if SPEC["shards"] == 1:
         continue

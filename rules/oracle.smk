@@ -18,4 +18,4 @@ rule oracle_data:
         mem_mb=model_resource("oracle", "mem_mb"),
         runtime=model_resource("oracle", "runtime"),
     shell:
-        "{PYTHON} -m kvzap.collect --model {input} {params.args} --out {RESULTS}/{wildcards.model}/oracle > {log} 2>&1"
+        "OMP_NUM_THREADS={threads} {PYTHON} -m kvzap.collect --model {input} {params.args} --out {RESULTS}/{wildcards.model}/oracle > {log} 2>&1"

@@ -21,5 +21,5 @@ rule train_surrogate:
         mem_mb=model_resource("train", "mem_mb"),
         runtime=model_resource("train", "runtime"),
     shell:
-        "{PYTHON} -m kvzap.train {params.args} --data {RESULTS}/{wildcards.model}/oracle "
+        "OMP_NUM_THREADS={threads} {PYTHON} -m kvzap.train {params.args} --data {RESULTS}/{wildcards.model}/oracle "
         "--out {RESULTS}/{wildcards.model}/surrogates/{wildcards.kind} > {log} 2>&1"

@@ -27,7 +27,7 @@ def test_duo_pattern_names_follow_hub_renames():
     published = duo_patterns.duo_pattern_name("meta-llama/Meta-Llama-3.1-8B-Instruct")
     assert duo_patterns.duo_pattern_name(LLAMA) == published
     assert duo_patterns.duo_pattern_name(LLAMA).startswith("Meta-Llama-3.1-8B-Instruct/")
-    assert methods.duo_pattern_name("Qwen/Qwen3-8B") is None
+    assert duo_patterns.duo_pattern_name("Qwen/Qwen3-8B") is None
     with pytest.raises(ValueError, match="no head pattern for 'Qwen/Qwen3-32B'.*duo_attention_on_the_fly"):
         methods.build("duo_attention", 0.5, {}).load_attention_pattern(_config_only("Qwen/Qwen3-32B", 64, 8))
 
