@@ -68,7 +68,8 @@ cut -d'|' -f3 "$scratch/sacct.txt" | grep -qvx "$KVZAP_SLURM_PARTITION" && fail 
 cut -d'|' -f4 "$scratch/sacct.txt" | grep -qvx "$KVZAP_SLURM_ACCOUNT" && fail "a job ran outside account $KVZAP_SLURM_ACCOUNT"
 
 # Same outputs: the same file list, identical contents. Only clock readings may differ: the `seconds`
-# columns of CSVs and a PDF's /CreationDate; everything else, weights and shards included, byte for byte.
+# columns of CSVs, a PDF's /CreationDate and the job logs (<root>/logs/, timings and progress bars) whose
+# presence is still compared; everything else, weights and shards included, byte for byte.
 python - "$scratch/local_results" results "$ignore" <<'EOF_PY' || fail "the SLURM run's outputs differ from the local run's"
 import re, sys
 from pathlib import Path
@@ -80,7 +81,9 @@ a, b = files(local), files(slurm)
 bad = [f"only in the local run: {f}" for f in sorted(a - b)] + [f"only in the SLURM run: {f}" for f in sorted(b - a)]
 for name in sorted(a & b):
     x, y = local / name, slurm / name
-    if name.endswith(".csv"):
+    if name.split("/")[1:2] == ["logs"]:
+        same = True
+    elif name.endswith(".csv"):
         dx, dy = (pd.read_csv(p).drop(columns=["seconds"], errors="ignore") for p in (x, y))
         same = dx.equals(dy)
     elif name.endswith(".pdf"):

@@ -36,29 +36,24 @@ rule aggregate:
         "--out {RESULTS}/tables > {log} 2>&1"
 
 
-def figure_inputs(wc):
-    spec = config["figures"][wc.name]
-    inputs = [f"{RESULTS}/tables/results.csv"]
-    if spec["kind"] == "surrogate_fit":
-        for model in spec.get("models") or config["models"]:
-            for kind in ("linear", "mlp"):
-                inputs += [f"{surrogate_dir(model, kind)}/metrics.json", f"{surrogate_dir(model, kind)}/test_predictions.safetensors"]
-    if spec["kind"] == "ratio_distribution":
-        inputs += [f"{plan.cell_dir(RESULTS, c)}/predictions.csv" for c in plan.cells(config) if c.method == spec["method"]]
-    return inputs
+def figure_predictions(wc):
+    files = plan.figure_inputs(config, wc.name)["predictions"]
+    return [f for f in files if os.path.exists(f)] if config["tables"]["allow_missing"] else files
 
 
 rule figure:
     """One figure of the paper (PNG and PDF), from the aggregated tables."""
     input:
-        figure_inputs,
+        results=f"{RESULTS}/tables/results.csv",
+        predictions=figure_predictions,
+        surrogates=lambda wc: plan.figure_inputs(config, wc.name)["surrogates"],
     output:
         png=f"{RESULTS}/figures/{{name}}.png",
         pdf=f"{RESULTS}/figures/{{name}}.pdf",
     wildcard_constraints:
         name="|".join(map(re.escape, config["figures"])) or "(?!)",
     params:
-        spec=lambda wc: json.dumps(config["figures"][wc.name]),
+        args=lambda wc, input: plan.figure_args(config, wc.name, list(input.predictions)),
     conda:
         ENV
     log:
@@ -69,5 +64,4 @@ rule figure:
         mem_mb=4000,
         runtime=30,
     shell:
-        "{PYTHON} -m kvzap.figures --results {RESULTS}/tables/results.csv --results-dir {RESULTS} "
-        "--spec {params.spec:q} --out {output.png} > {log} 2>&1"
+        "{PYTHON} -m kvzap.figures {params.args} --out {output.png} > {log} 2>&1"

@@ -98,16 +98,17 @@ def per_task(results: pd.DataFrame, spec: dict, out: Path) -> None:
     _save(fig, out)
 
 
-def ratio_distribution(results: pd.DataFrame, spec: dict, out: Path, results_dir: Path) -> None:
+def ratio_distribution(results: pd.DataFrame, spec: dict, out: Path, predictions: list[Path]) -> None:
+    """Per-prompt compression of one (method, value), per benchmark; each cell names itself in its metrics.json."""
     model = spec.get("model") or sorted(results["model"].unique())[0]
-    benchmarks = spec.get("benchmarks") or sorted(results["benchmark"].unique())
+    by_bench: dict[str, list[pd.Series]] = {}
+    for path in predictions:
+        cell = json.loads((path.parent / "metrics.json").read_text())
+        if cell["model"] == model and cell["method"] == spec["method"] and cell["value"] == spec["value"]:
+            by_bench.setdefault(cell["bench"], []).append(pd.read_csv(path)["compression_ratio"])
     data, names = [], []
-    for bench in benchmarks:
-        cells = results[(results["model"] == model) & (results["benchmark"] == bench) &
-                        (results["method"] == spec["method"]) & (results["value"] == spec["value"])]
-        ratios = pd.concat([pd.read_csv(results_dir / model / "eval" / bench / str(c.subset) / c.method /
-                                        f"{c.value:g}" / "predictions.csv")["compression_ratio"]
-                            for c in cells.itertuples()]) if len(cells) else pd.Series(dtype=float)
+    for bench in spec.get("benchmarks") or sorted(by_bench):
+        ratios = pd.concat(by_bench[bench]) if bench in by_bench else pd.Series(dtype=float)
         data.append(ratios.to_numpy())
         names.append(f"{bench}\n(mean {ratios.mean():.2f})")
     fig, ax = plt.subplots(figsize=(2.2 * len(data) + 2, 4))
@@ -123,13 +124,13 @@ def threshold_vs_topk(results: pd.DataFrame, spec: dict, out: Path) -> None:
     tradeoff(results, {**spec, "title": spec.get("title", "Thresholding vs fixed top-k")}, out)
 
 
-def surrogate_fit(results_dir: Path, spec: dict, out: Path, models: list[str]) -> None:
-    models = spec.get("models") or models
-    fig, axes = plt.subplots(len(models), 4, figsize=(18, 3.8 * len(models)), squeeze=False)
-    for row, model in zip(axes, models):
-        folder = results_dir / model / "surrogates"
-        r2 = {kind: torch.tensor(json.loads((folder / kind / "metrics.json").read_text())["r2"]) for kind in ("linear", "mlp")}
-        y_true = load_file(str(folder / "mlp" / "test_predictions.safetensors"))["y_true"]  # (N, L, H)
+def surrogate_fit(spec: dict, out: Path, surrogates: list[tuple[str, Path, Path]]) -> None:
+    """Per model (its linear and MLP surrogate folders): held-out scores, per-head R^2 of both, layer shares."""
+    fig, axes = plt.subplots(len(surrogates), 4, figsize=(18, 3.8 * len(surrogates)), squeeze=False)
+    for row, (model, linear, mlp) in zip(axes, surrogates):
+        r2 = {kind: torch.tensor(json.loads((folder / "metrics.json").read_text())["r2"])
+              for kind, folder in (("linear", linear), ("mlp", mlp))}
+        y_true = load_file(str(mlp / "test_predictions.safetensors"))["y_true"]  # (N, L, H)
         row[0].hist(y_true.flatten().numpy(), bins=80, color="#76b900")
         row[0].set(title=f"{model}: KVzip+ log-scores (test)", xlabel="log score")
         row[1].scatter(r2["mlp"].flatten(), r2["linear"].flatten(), s=6, c=torch.arange(r2["mlp"].shape[0]).repeat_interleave(r2["mlp"].shape[1]), cmap="viridis")
@@ -147,7 +148,10 @@ def surrogate_fit(results_dir: Path, spec: dict, out: Path, models: list[str]) -
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--results", type=Path, required=True, help="results.csv")
-    parser.add_argument("--results-dir", type=Path, default=Path("results"))
+    parser.add_argument("--predictions", type=Path, nargs="*", default=[],
+                        help="cells' predictions.csv (ratio_distribution), each beside its metrics.json")
+    parser.add_argument("--surrogate", nargs=3, action="append", default=[], metavar=("MODEL", "LINEAR", "MLP"),
+                        help="a model's two surrogate folders (surrogate_fit), once per model")
     parser.add_argument("--spec", required=True, help="the figure's config entry, as JSON")
     parser.add_argument("--out", type=Path, required=True, help="PNG path (a PDF is written beside it)")
     args = parser.parse_args()
@@ -155,9 +159,9 @@ def main() -> None:
     results = pd.read_csv(args.results)
     kind = spec["kind"]
     if kind == "surrogate_fit":
-        surrogate_fit(args.results_dir, spec, args.out, sorted(results["model"].unique()))
+        surrogate_fit(spec, args.out, [(model, Path(linear), Path(mlp)) for model, linear, mlp in args.surrogate])
     elif kind == "ratio_distribution":
-        ratio_distribution(results, spec, args.out, args.results_dir)
+        ratio_distribution(results, spec, args.out, args.predictions)
     else:
         {"tradeoff": tradeoff, "per_task": per_task, "threshold_vs_topk": threshold_vs_topk}[kind](results, spec, args.out)
     print(f"wrote {args.out}")

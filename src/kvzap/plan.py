@@ -197,6 +197,9 @@ def _check_figure(config: dict, name: str, fig: dict) -> None:
             fail(f"{key}.methods", method, "not evaluated on the figure's benchmarks", "add it to the benchmark's methods")
     if "metric" in fig and fig["metric"] not in METRICS:
         fail(f"{key}.metric", fig["metric"], "unknown metric", f"use one of {list(METRICS)}")
+    if fig["kind"] == "surrogate_fit" and set(config["training"]["surrogates"]) != {"linear", "mlp"}:
+        fail("training.surrogates", config["training"]["surrogates"], f"figure {name} compares both surrogates",
+             "train [linear, mlp], or remove the figure")
     if "value" in fig:
         labels = {c.value for c in cells(config) if c.method == fig.get("method")}
         if not isinstance(fig["value"], (int, float)) or value_label(fig["value"]) not in labels:
@@ -406,6 +409,35 @@ TABLES = ("results", "surrogates", "best", "best_auto", "overhead", "aime_rollou
 
 def cell_metrics(config: dict) -> list[str]:
     return [f"{cell_dir(config['results'], cell)}/metrics.json" for cell in cells(config)]
+
+
+def figure_inputs(config: dict, name: str) -> dict[str, list[str]]:
+    """What one figure reads besides results.csv, by role: cells' predictions (ratio_distribution, every value of the
+    method: the spec picks one by its metrics.json) and surrogate folders (surrogate_fit)."""
+    spec = config["figures"][name]
+    inputs = {"predictions": [], "surrogates": []}
+    if spec["kind"] == "ratio_distribution":
+        inputs["predictions"] = [f"{cell_dir(config['results'], c)}/predictions.csv" for c in cells(config)
+                                 if c.method == spec["method"] and (not spec.get("model") or c.model == spec["model"])]
+    if spec["kind"] == "surrogate_fit":
+        inputs["surrogates"] = [f"{surrogate_dir(config['results'], m, k)}/{f}" for m in spec.get("models") or config["models"]
+                                for k in ("linear", "mlp") for f in ("metrics.json", "test_predictions.safetensors")]
+    return inputs
+
+
+def figure_args(config: dict, name: str, predictions: list[str]) -> str:
+    """Flags of one figure; `predictions` are the cells that exist (all of them unless tables.allow_missing)."""
+    import json
+
+    spec = config["figures"][name]
+    args = ["--results", f"{config['results']}/tables/results.csv", "--spec", json.dumps(spec, sort_keys=True)]
+    if predictions:
+        args += ["--predictions", *predictions]
+    if spec["kind"] == "surrogate_fit":
+        for model in spec.get("models") or config["models"]:
+            args += ["--surrogate", model, surrogate_dir(config["results"], model, "linear"),
+                     surrogate_dir(config["results"], model, "mlp")]
+    return shlex.join(args)
 
 
 def aggregate_args(config: dict) -> str:
