@@ -32,7 +32,9 @@ fi
 t0=$SECONDS
 if ! run >"$hub/run.log" 2>&1; then
   # A failed cell must not cost the study: aggregate what exists, naming what is missing.
-  grep -A6 '^Error in rule' "$hub/run.log" | sed -n 's/^ *log: \(\S*\).*/\1/p' >&2
+  failed=$(grep -A6 '^Error in rule' "$hub/run.log" | sed -n 's/^ *log: \(\S*\).*/\1/p' || true)
+  [[ -n $failed ]] || { tail -n 60 "$hub/run.log"; fail "the run stopped before any job failed"; }
+  log "failed jobs' logs:"$'\n'"$failed"
   run --config 'tables={allow_missing: true}' >"$hub/partial.log" 2>&1 || { tail -n 80 "$hub/partial.log"; fail "partial run"; }
 fi
 log "run: $((SECONDS - t0)) s"

@@ -1,0 +1,153 @@
+"""Decoding at 32k and 128k tokens on one GPU: physical eviction vs the full cache vs kvpress's DMSPress masking.
+
+Qwen3-8B's geometry at full depth (36 layers, hidden 4096, 32 query / 8 KV heads, head_dim 128, MLP 12288, vocab
+151936), random bf16 weights, random token ids. Per context: the full cache once, then for each target ratio
+kvpress's DMSPress (masks what it removes) and KVzapPress (evicts it), both with decoding-time pruning and the
+128-token window: prefill, then `--decode-steps` greedy steps. Per method: prefill peak memory, KV bytes held at
+the end, median ms per decoded token, fraction removed, and whether eviction decoded the same tokens as masking.
+Thresholds come from a seeded random linear surrogate calibrated on a separate random prompt: this measures memory
+and speed, not answer quality. One model copy; methods run one after another on it.
+
+    python benchmarks/gpu_decode.py --out benchmarks/results/gpu_decode_h200.json   # one H200: about 3 minutes
+    python benchmarks/gpu_decode.py --tiny --contexts 600 --out /tmp/decode.json      # the same code, small, on CPU
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import statistics
+import time
+from pathlib import Path
+
+import torch
+from eviction import cache_bytes, mask_index_bytes
+from kvpress import DMSPress
+from transformers import DynamicCache, Qwen3Config, Qwen3ForCausalLM
+
+from kvzap.io import atomic_write_json
+from kvzap.pruning import KVzapPress, SurrogateScorerPress
+from kvzap.pruning.calibration import collect_scores, threshold_for
+from kvzap.surrogate import Surrogate
+
+QWEN3_8B = dict(num_hidden_layers=36, hidden_size=4096, num_attention_heads=32, num_key_value_heads=8, head_dim=128,
+                intermediate_size=12288, vocab_size=151936, max_position_embeddings=1 << 17, rope_theta=1e6,
+                tie_word_embeddings=False)
+# The same shapes' ratios (GQA 4:1), small enough for a CPU test.
+TINY = dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=8, num_key_value_heads=2, head_dim=16,
+            intermediate_size=128, vocab_size=512, max_position_embeddings=1 << 14, rope_theta=1e6,
+            tie_word_embeddings=False)
+
+
+def build_model(geometry: dict, device: str, dtype: torch.dtype):
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = Qwen3ForCausalLM(Qwen3Config(**geometry, attn_implementation="sdpa"))
+    return model.to(dtype).eval().requires_grad_(False)
+
+
+def sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+@torch.no_grad()
+def run_method(model, press, ids: torch.Tensor, steps: int) -> dict:
+    """Prefill `ids` under `press` (None: the full cache), then greedy-decode `steps` tokens."""
+    device = str(model.device)
+    cache, times, tokens = DynamicCache(), [], []
+    with press(model) if press is not None else contextlib.nullcontext():
+        if device.startswith("cuda"):
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
+        held_before = torch.cuda.memory_allocated() if device.startswith("cuda") else 0
+        sync(device)
+        start = time.perf_counter()
+        logits = model(ids, past_key_values=cache, logits_to_keep=1).logits
+        sync(device)
+        prefill_s = time.perf_counter() - start
+        prefill_peak = torch.cuda.max_memory_allocated() - held_before if device.startswith("cuda") else None
+        for _ in range(steps):
+            token = logits[:, -1].argmax(-1, keepdim=True)
+            tokens.append(token.item())
+            sync(device)
+            start = time.perf_counter()
+            logits = model(token, past_key_values=cache, logits_to_keep=1).logits
+            sync(device)
+            times.append(time.perf_counter() - start)
+    return {"kv_bytes": cache_bytes(cache) + mask_index_bytes(model), "prefill_s": prefill_s,
+            "prefill_peak_bytes": prefill_peak, "decode_ms": 1000 * statistics.median(times[2:] or times),
+            "ratio": press.compression_ratio if press is not None else 0.0, "tokens": tokens}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--contexts", type=int, nargs="+", default=[32768, 131072])
+    parser.add_argument("--ratios", type=float, nargs="+", default=[0.5, 0.75])
+    parser.add_argument("--decode-steps", type=int, default=32)
+    parser.add_argument("--window", type=int, default=128)
+    parser.add_argument("--calibration-tokens", type=int, default=4096)
+    parser.add_argument("--tiny", action="store_true", help="a small model of the same shape ratios (CPU checks)")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    args = parser.parse_args()
+    geometry = TINY if args.tiny else QWEN3_8B
+    dtype = torch.bfloat16 if args.device.startswith("cuda") else torch.float32
+    model = build_model(geometry, args.device, dtype)
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, geometry["vocab_size"], (1, max(args.contexts) + args.calibration_tokens), generator=gen)
+    calibration_ids, ids = ids[:, :args.calibration_tokens], ids[:, args.calibration_tokens:].to(args.device)
+
+    torch.manual_seed(0)
+    surrogate = Surrogate(geometry["hidden_size"], geometry["num_key_value_heads"], geometry["num_hidden_layers"])
+    scorer = SurrogateScorerPress(surrogate=surrogate)
+    samples = collect_scores(model, [calibration_ids], scorer, args.window)
+    thresholds = {r: threshold_for(samples, r) for r in args.ratios}
+    print("calibrated thresholds:", {r: round(t, 4) for r, t in thresholds.items()}, flush=True)
+
+    records = []
+    for n in args.contexts:
+        full = run_method(model, None, ids[:, :n], args.decode_steps)
+        report("full", n, full)
+        for ratio in args.ratios:
+            tau = thresholds[ratio]
+            masking = run_method(model, DMSPress(scorer, threshold=tau, sliding_window_size=args.window, decoding=True),
+                                 ids[:, :n], args.decode_steps)
+            report(f"masking {ratio}", n, masking)
+            eviction = run_method(model, KVzapPress(scorer, threshold=tau, window=args.window, decoding=True),
+                                  ids[:, :n], args.decode_steps)
+            report(f"eviction {ratio}", n, eviction)
+            runs = {"full": full, "masking": masking, "eviction": eviction}
+            records.append({
+                "context_tokens": n, "target_ratio": ratio, "threshold": tau, "compression_ratio": eviction["ratio"],
+                "masking_compression_ratio": masking["ratio"],
+                "kv_bytes_vs_full": eviction["kv_bytes"] / full["kv_bytes"],
+                "decode_ms_vs_full": eviction["decode_ms"] / full["decode_ms"],
+                "decode_ms_vs_masking": eviction["decode_ms"] / masking["decode_ms"],
+                "same_tokens_as_masking": eviction["tokens"] == masking["tokens"],
+                **{key: {name: run[key] for name, run in runs.items()}
+                   for key in ("kv_bytes", "decode_ms", "prefill_s", "prefill_peak_bytes")},
+                "decode_steps": args.decode_steps, "window": args.window, "layers": geometry["num_hidden_layers"],
+                "dtype": str(dtype).removeprefix("torch."), "device": torch.cuda.get_device_name()
+                if args.device.startswith("cuda") else "cpu",
+            })
+    atomic_write_json(args.out, records)
+    print_table(records)
+
+
+def report(name: str, n: int, run: dict) -> None:
+    peak = "" if run["prefill_peak_bytes"] is None else f", prefill peak {run['prefill_peak_bytes'] / 2**30:.2f} GiB"
+    print(f"[{n} tokens] {name}: removed {run['ratio']:.3f}, KV {run['kv_bytes'] / 2**30:.3f} GiB, "
+          f"prefill {run['prefill_s']:.2f} s{peak}, decode {run['decode_ms']:.2f} ms/token", flush=True)
+
+
+def print_table(records: list[dict]) -> None:
+    keys = ["context_tokens", "target_ratio", "compression_ratio", "kv_bytes_vs_full", "decode_ms_vs_full",
+            "decode_ms_vs_masking", "same_tokens_as_masking"]
+    print(" | ".join(keys))
+    for r in records:
+        print(" | ".join(f"{r[k]:.3f}" if isinstance(r[k], float) else str(r[k]) for k in keys))
+
+
+if __name__ == "__main__":
+    main()
