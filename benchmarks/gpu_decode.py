@@ -4,7 +4,8 @@ Qwen3-8B's geometry at full depth (36 layers, hidden 4096, 32 query / 8 KV heads
 151936), random bf16 weights, random token ids. Per context: the full cache once, then for each target ratio
 kvpress's DMSPress (masks what it removes) and KVzapPress (evicts it), both with decoding-time pruning and the
 128-token window: prefill, then `--decode-steps` greedy steps. Per method: prefill peak memory, KV bytes held at
-the end, median ms per decoded token, fraction removed, and whether eviction decoded the same tokens as masking.
+the end, median ms per decoded token, fraction removed. Masking and eviction decode the full cache's greedy tokens
+(teacher forcing), so their next-token logits can be compared: eviction must give masking's up to rounding.
 Thresholds come from a seeded random linear surrogate calibrated on a separate random prompt: this measures memory
 and speed, not answer quality. One model copy; methods run one after another on it.
 
@@ -52,10 +53,11 @@ def sync(device: str) -> None:
 
 
 @torch.no_grad()
-def run_method(model, press, ids: torch.Tensor, steps: int) -> dict:
-    """Prefill `ids` under `press` (None: the full cache), then greedy-decode `steps` tokens."""
+def run_method(model, press, ids: torch.Tensor, steps: int, forced: list[int] | None = None) -> dict:
+    """Prefill `ids` under `press` (None: the full cache), then decode `steps` tokens: greedy, or `forced` ones
+    (the full cache's, so that every method's next-token logits answer the same prefix and can be compared)."""
     device = str(model.device)
-    cache, times, tokens = DynamicCache(), [], []
+    cache, times, tokens, step_logits = DynamicCache(), [], [], []
     with press(model) if press is not None else contextlib.nullcontext():
         if device.startswith("cuda"):
             torch.cuda.empty_cache()
@@ -67,8 +69,10 @@ def run_method(model, press, ids: torch.Tensor, steps: int) -> dict:
         sync(device)
         prefill_s = time.perf_counter() - start
         prefill_peak = torch.cuda.max_memory_allocated() - held_before if device.startswith("cuda") else None
-        for _ in range(steps):
-            token = logits[:, -1].argmax(-1, keepdim=True)
+        for step in range(steps):
+            step_logits.append(logits[0, -1].float().cpu())
+            token = logits[:, -1].argmax(-1, keepdim=True) if forced is None else torch.tensor([[forced[step]]])
+            token = token.to(ids.device)
             tokens.append(token.item())
             sync(device)
             start = time.perf_counter()
@@ -77,7 +81,14 @@ def run_method(model, press, ids: torch.Tensor, steps: int) -> dict:
             times.append(time.perf_counter() - start)
     return {"kv_bytes": cache_bytes(cache) + mask_index_bytes(model), "prefill_s": prefill_s,
             "prefill_peak_bytes": prefill_peak, "decode_ms": 1000 * statistics.median(times[2:] or times),
-            "ratio": press.compression_ratio if press is not None else 0.0, "tokens": tokens}
+            "ratio": press.compression_ratio if press is not None else 0.0, "tokens": tokens,
+            "logits": torch.stack(step_logits)}
+
+
+def agreement(a: dict, b: dict) -> dict:
+    """How far two methods' next-token logits are apart over the same forced tokens."""
+    return {"max_abs_logit_diff": (a["logits"] - b["logits"]).abs().max().item(),
+            "same_argmax": (a["logits"].argmax(-1) == b["logits"].argmax(-1)).float().mean().item()}
 
 
 def main() -> None:
@@ -90,9 +101,11 @@ def main() -> None:
     parser.add_argument("--calibration-tokens", type=int, default=4096)
     parser.add_argument("--tiny", action="store_true", help="a small model of the same shape ratios (CPU checks)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--dtype", choices=["bfloat16", "float32"], default=None,
+                        help="default: bfloat16 on GPU, float32 on CPU")
     args = parser.parse_args()
     geometry = TINY if args.tiny else QWEN3_8B
-    dtype = torch.bfloat16 if args.device.startswith("cuda") else torch.float32
+    dtype = getattr(torch, args.dtype or ("bfloat16" if args.device.startswith("cuda") else "float32"))
     model = build_model(geometry, args.device, dtype)
     gen = torch.Generator().manual_seed(0)
     ids = torch.randint(0, geometry["vocab_size"], (1, max(args.contexts) + args.calibration_tokens), generator=gen)
@@ -112,10 +125,10 @@ def main() -> None:
         for ratio in args.ratios:
             tau = thresholds[ratio]
             masking = run_method(model, DMSPress(scorer, threshold=tau, sliding_window_size=args.window, decoding=True),
-                                 ids[:, :n], args.decode_steps)
+                                 ids[:, :n], args.decode_steps, full["tokens"])
             report(f"masking {ratio}", n, masking)
             eviction = run_method(model, KVzapPress(scorer, threshold=tau, window=args.window, decoding=True),
-                                  ids[:, :n], args.decode_steps)
+                                  ids[:, :n], args.decode_steps, full["tokens"])
             report(f"eviction {ratio}", n, eviction)
             runs = {"full": full, "masking": masking, "eviction": eviction}
             records.append({
@@ -124,7 +137,7 @@ def main() -> None:
                 "kv_bytes_vs_full": eviction["kv_bytes"] / full["kv_bytes"],
                 "decode_ms_vs_full": eviction["decode_ms"] / full["decode_ms"],
                 "decode_ms_vs_masking": eviction["decode_ms"] / masking["decode_ms"],
-                "same_tokens_as_masking": eviction["tokens"] == masking["tokens"],
+                **{f"{key}_vs_masking": value for key, value in agreement(eviction, masking).items()},
                 **{key: {name: run[key] for name, run in runs.items()}
                    for key in ("kv_bytes", "decode_ms", "prefill_s", "prefill_peak_bytes")},
                 "decode_steps": args.decode_steps, "window": args.window, "layers": geometry["num_hidden_layers"],
@@ -143,7 +156,7 @@ def report(name: str, n: int, run: dict) -> None:
 
 def print_table(records: list[dict]) -> None:
     keys = ["context_tokens", "target_ratio", "compression_ratio", "kv_bytes_vs_full", "decode_ms_vs_full",
-            "decode_ms_vs_masking", "same_tokens_as_masking"]
+            "decode_ms_vs_masking", "max_abs_logit_diff_vs_masking", "same_argmax_vs_masking"]
     print(" | ".join(keys))
     for r in records:
         print(" | ".join(f"{r[k]:.3f}" if isinstance(r[k], float) else str(r[k]) for k in keys))

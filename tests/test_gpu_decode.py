@@ -1,4 +1,4 @@
-"""benchmarks/gpu_decode.py, the H200 script, run on CPU at a small size: same code path, checked records."""
+"""benchmarks/gpu_decode.py and benchmarks/dtype_agreement.py, the H200 scripts, run small on CPU: same code, checked records."""
 
 from __future__ import annotations
 
@@ -25,4 +25,18 @@ def test_gpu_decode_script_runs_small_on_cpu(tmp_path):
     # eviction holds the kept entries only (plus per-row bookkeeping); masking holds everything
     assert record["kv_bytes_vs_full"] < 1 - record["compression_ratio"] + 0.1
     assert record["kv_bytes"]["masking"] >= record["kv_bytes"]["full"]
-    assert record["same_tokens_as_masking"]
+    # eviction attends to exactly what masking leaves visible
+    assert record["max_abs_logit_diff_vs_masking"] < 1e-4 and record["same_argmax_vs_masking"] == 1.0
+
+
+def test_dtype_agreement_script_runs_small_on_cpu(tmp_path):
+    out = tmp_path / "agreement.json"
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1"}
+    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "dtype_agreement.py"), "--tiny", "--device", "cpu",
+                    "--context", "600", "--decode-steps", "4", "--out", str(out)],
+                   check=True, env=env, capture_output=True, text=True)
+    [record] = json.loads(out.read_text())
+    assert set(record["bfloat16_vs_float32"]) == {"full", "masking", "eviction"}
+    assert record["eviction_vs_masking"]["float32"]["max_abs_logit_diff"] < 1e-4
+    # bf16 rounding is visible, and small for a 2-layer model
+    assert 0 < record["bfloat16_vs_float32"]["full"]["max_abs_logit_diff"] < 0.1
