@@ -1,5 +1,4 @@
 # The plan (checks, sweep, paths, command lines) lives in kvzap.plan; these are its Snakemake bindings.
-import json
 import os
 import re
 

@@ -229,3 +229,17 @@ def test_snakemake_refuses_before_any_job(tmp_path, extra):
 
 def test_kv_ablation_models_must_exist():
     assert "ablations.kv_input.models[0]" in refused(lambda c: c.update(ablations={"kv_input": {"models": ["qwen"]}}))
+
+
+def test_plan_cli_names_the_line_of_a_yaml_syntax_error(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("results: results/x\nmodels:\n  a: [1, 2\n  b: 3\n")
+    result = subprocess.run([sys.executable, "-m", "kvzap.plan", str(bad)], capture_output=True, text=True)
+    assert result.returncode != 0 and f'in "{bad}", line 3' in result.stderr
+
+
+def test_plan_cli_accepts_the_shipped_configs():
+    for name in ("config.yaml", "ci.yaml", "paper.yaml", "rehearsal.yaml"):
+        result = subprocess.run([sys.executable, "-m", "kvzap.plan", str(ROOT / "config" / name)],
+                                capture_output=True, text=True)
+        assert result.returncode == 0 and "valid" in result.stdout, result.stderr

@@ -448,3 +448,33 @@ def aggregate_args(config: dict) -> str:
     args = ["--cells", *cell_metrics(config), "--table2", json.dumps(tables["best"], sort_keys=True),
             "--tolerance", str(tables["tolerance"])]
     return shlex.join(args + ["--allow-missing"] * tables["allow_missing"])
+
+
+def main() -> None:
+    """`python -m kvzap.plan CONFIG`: the start-up checks of a run, without Snakemake's YAML loader (which names no
+    line for a syntax error)."""
+    import argparse
+
+    import yaml
+    from snakemake.utils import validate as fill_defaults
+
+    parser = argparse.ArgumentParser(description="Check a kvzap config as a run would, before any job.")
+    parser.add_argument("config", type=Path)
+    args = parser.parse_args()
+    try:
+        with args.config.open() as stream:
+            config = yaml.safe_load(stream)
+    except yaml.YAMLError as err:
+        raise SystemExit(f"Invalid configuration file {args.config}: {err}") from None
+    schema = Path(__file__).resolve().parents[2] / "config" / "schema.json"
+    try:
+        validate(config, schema)
+        fill_defaults(config, str(schema))
+        check(config)
+    except ConfigError as err:
+        raise SystemExit(str(err)) from None
+    print(f"{args.config}: valid, {len(cells(config))} evaluation cells")
+
+
+if __name__ == "__main__":
+    main()
