@@ -44,7 +44,8 @@ METHODS: dict[str, MethodInfo] = {
     "tova": MethodInfo("ratio", "TOVA"),
     "observed_attention": MethodInfo("ratio", "Observed Attention", attn_implementation="eager"),
     "qfilter": MethodInfo("ratio", "Q-Filters", needs_hub=True),
-    "pyramidkv": MethodInfo("ratio", "PyramidKV"),
+    # its layers keep different lengths, which one sdpa mask cannot serve; kvzap's attention cuts it per layer
+    "pyramidkv": MethodInfo("ratio", "PyramidKV", attn_implementation="kvzap"),
     "lagkv": MethodInfo("ratio", "LagKV"),
     "keydiff": MethodInfo("ratio", "KeyDiff"),
     "adakv_compactor": MethodInfo("ratio", "AdaKV-Compactor"),

@@ -2,7 +2,7 @@
 
 transformers calls `cache.update(...)` and hands its result to the model's attention function. A pruned
 layer returns itself, so this function can send the query to `layer.attend`; dense layers go to sdpa with
-sdpa's masks. It is registered under a new name (nothing existing is replaced) and must stay selected as
+sdpa's masks (cut to the layer's length when presses leave layers of different lengths). It is registered under a new name (nothing existing is replaced) and must stay selected as
 long as a pruned cache is in use, e.g. for the question pass kvpress's pipeline runs after the press block.
 """
 
@@ -22,14 +22,20 @@ def kvzap_attention(module, query, key, value, attention_mask, dropout=0.0, scal
     if isinstance(key, JudgedLayer):
         scaling = query.shape[-1] ** -0.5 if scaling is None else scaling
         return key.attend(query, attention_mask, scaling), None
+    if attention_mask is not None and attention_mask.shape[-1] > key.shape[-2]:
+        # Layers pruned to different lengths (kvpress's PyramidKV) share one mask sized for the longest layer. Rows
+        # are unpadded and pruning only removes past entries, so this layer's keys are the mask's last columns.
+        attention_mask = attention_mask[..., -key.shape[-2]:]
     return ALL_ATTENTION_FUNCTIONS["sdpa"](module, query, key, value, attention_mask, dropout=dropout,
                                            scaling=scaling, **kwargs)
 
 
+# Registered on import, so that `from_pretrained(..., attn_implementation="kvzap")` finds it too.
+AttentionInterface.register(NAME, kvzap_attention)
+AttentionMaskInterface.register(NAME, sdpa_mask)
+
+
 def use_kvzap_attention(model: PreTrainedModel) -> None:
     """Select the "kvzap" attention on `model` (idempotent); dense caches then behave exactly as with sdpa."""
-    if NAME not in ALL_ATTENTION_FUNCTIONS:
-        AttentionInterface.register(NAME, kvzap_attention)
-        AttentionMaskInterface.register(NAME, sdpa_mask)
     if model.config._attn_implementation != NAME:
         model.set_attn_implementation(NAME)
