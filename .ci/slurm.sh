@@ -14,15 +14,16 @@
 #   KVZAP_CI_PARTITION=gpu  KVZAP_CI_ACCOUNT=kvzap   mirror the real cluster's names. Neither is the
 #       default (that is partition `ci-default`, account `ci-default`), so a job that lands in them was
 #       placed there by the profile's partition/account settings, not by cluster defaults.
-#   KVZAP_CI_GPUS=2  KVZAP_CI_CPUS=16  KVZAP_CI_MEM_MB=262144
+#   KVZAP_CI_GPUS=4  KVZAP_CI_CPUS=16  KVZAP_CI_MEM_MB=262144
 #       the node declared to slurmctld (SlurmdParameters=config_overrides); larger than this
 #       machine so the real profile's GPU/thread/memory requests schedule unchanged. GPUs are
-#       fake: GRES files are symlinks to /dev/null, jobs only get CUDA_VISIBLE_DEVICES.
+#       fake: GRES files are symlinks to /dev/null, jobs only get CUDA_VISIBLE_DEVICES. Four, so
+#       that the rehearsal's 2-GPU Qwen3-32B jobs share the node instead of leaving a core idle.
 set -euo pipefail
 
 PARTITION=${KVZAP_CI_PARTITION:-gpu}
 ACCOUNT=${KVZAP_CI_ACCOUNT:-kvzap}
-GPUS=${KVZAP_CI_GPUS:-2}
+GPUS=${KVZAP_CI_GPUS:-4}
 CPUS=${KVZAP_CI_CPUS:-16}
 MEM_MB=${KVZAP_CI_MEM_MB:-262144}
 STATE=/run/kvzap-slurm-ci
