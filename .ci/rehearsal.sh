@@ -26,8 +26,8 @@ if [[ ${1:-} == --local ]]; then
   run() { snakemake all --cores 2 --keep-going --configfile config/rehearsal.yaml "$@"; }
 else
   run() {
-    snakemake all --profile slurm --keep-going --configfile config/rehearsal.yaml --slurm-init-seconds-before-status-checks 2 \
-      --latency-wait 5 --retries 0 "$@"
+    snakemake all --profile slurm --keep-going --configfile config/rehearsal.yaml "$@" --slurm-init-seconds-before-status-checks 2 \
+      --latency-wait 5 --retries 0
   }
 fi
 t0=$SECONDS
@@ -36,7 +36,9 @@ if ! run >"$hub/run.log" 2>&1; then
   failed=$(grep -A6 '^Error in rule' "$hub/run.log" | sed -n 's/^ *log: \(\S*\).*/\1/p' || true)
   [[ -n $failed ]] || { tail -n 60 "$hub/run.log"; fail "the run stopped before any job failed"; }
   log "failed jobs' logs:"$'\n'"$failed"
-  run --config 'tables={allow_missing: true}' >"$hub/partial.log" 2>&1 || { tail -n 80 "$hub/partial.log"; fail "partial run"; }
+  # a second config file on top (Snakemake merges it key by key); --config would pass 'true' as a string
+  printf 'tables:\n  allow_missing: true\n' >"$hub/allow_missing.yaml"
+  run "$hub/allow_missing.yaml" >"$hub/partial.log" 2>&1 || { tail -n 80 "$hub/partial.log"; fail "partial run"; }
 fi
 log "run: $((SECONDS - t0)) s"
 if [[ ${1:-} != --local ]]; then
