@@ -2,8 +2,9 @@
 
 transformers calls `cache.update(...)` and hands its result to the model's attention function. A pruned
 layer returns itself, so this function can send the query to `layer.attend`; dense layers go to sdpa with
-sdpa's masks (cut to the layer's length when presses leave layers of different lengths). It is registered under a new name (nothing existing is replaced) and must stay selected as
-long as a pruned cache is in use, e.g. for the question pass kvpress's pipeline runs after the press block.
+sdpa's masks (cut to the layer's length when presses leave layers of different lengths). It is registered under
+a new name (nothing existing is replaced) and must stay selected as long as a pruned cache is in use, e.g. for
+the question pass kvpress's pipeline runs after the press block.
 """
 
 from __future__ import annotations
