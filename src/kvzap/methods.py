@@ -44,11 +44,12 @@ def _kvzip(**options) -> kvpress.KVzipPress:
 
 
 def _kvzap_threshold(name: str) -> Callable:
-    """KVzap at threshold τ with the registry's surrogate and window (the window ablation varies only that)."""
+    """KVzap at threshold τ with the registry's surrogate, window and prefill chunk (each variant changes one)."""
     info = registry.METHODS[name]
     window = {} if info.window is None else {"window": info.window}
     return lambda threshold, surrogates, decoding: KVzapPress(str(surrogates[info.surrogate]), threshold=threshold,
-                                                              decoding=decoding, **window)
+                                                              decoding=decoding, prefill_chunk=info.prefill_chunk,
+                                                              **window)
 
 
 def _kvzap_topk(press_cls, kind: str) -> Callable:
@@ -82,6 +83,7 @@ PRESSES: dict[str, Callable] = {
     "kvzap_mlp": _kvzap_threshold("kvzap_mlp"),
     "kvzap_mlp_w0": _kvzap_threshold("kvzap_mlp_w0"),
     "kvzap_mlp_w512": _kvzap_threshold("kvzap_mlp_w512"),
+    "kvzap_mlp_chunked": _kvzap_threshold("kvzap_mlp_chunked"),
     "kvzap_mlp_head": _kvzap_topk(TopKPerHeadPress, "mlp"),
     "kvzap_mlp_layer": _kvzap_topk(TopKPerLayerPress, "mlp"),
     "kvzip": _ratio_press(_kvzip),

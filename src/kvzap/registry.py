@@ -17,11 +17,12 @@ class MethodInfo:
     needs_hub: bool = False  # loads extra Hub/GitHub assets at run time (unavailable to offline models)
     window: int | None = None  # KVzap's protected window of recent tokens, when it is not the default 128
     attn_implementation: str | None = None  # forced attention implementation (None: the model's default)
+    prefill_chunk: int | None = None  # KVzap prefilling the prompt this many tokens at a time, pruning between chunks
 
     @property
     def kvzap(self) -> bool:
-        """Thresholded KVzap at the paper's window: the methods Table 2 is about."""
-        return self.parameter == "threshold" and self.window is None
+        """Thresholded KVzap at the paper's window and prefill: the methods Table 2 is about."""
+        return self.parameter == "threshold" and self.window is None and self.prefill_chunk is None
 
 
 METHODS: dict[str, MethodInfo] = {
@@ -31,6 +32,8 @@ METHODS: dict[str, MethodInfo] = {
     # the paper's window ablation (§3.8, LongBench LCC): the same surrogate and τ with w = 0 and w = 512
     "kvzap_mlp_w0": MethodInfo("threshold", "KVzap-MLP (window 0)", "mlp", window=0),
     "kvzap_mlp_w512": MethodInfo("threshold", "KVzap-MLP (window 512)", "mlp", window=512),
+    # beyond the paper (which prunes after a whole-prompt prefill): prefill in 2k-token chunks, pruning between them
+    "kvzap_mlp_chunked": MethodInfo("threshold", "KVzap-MLP (chunked prefill)", "mlp", prefill_chunk=2048),
     # the paper's Fig. 5 ablation: fixed top-k instead of a threshold
     "kvzap_mlp_head": MethodInfo("ratio", "KVzap-MLP top-k per head", "mlp"),
     "kvzap_mlp_layer": MethodInfo("ratio", "KVzap-MLP top-k per layer", "mlp"),

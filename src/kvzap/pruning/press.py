@@ -3,11 +3,13 @@
 Runs after each attention layer (so the new tokens saw the full cache, as in the paper and kvpress's
 DMSPress). At prefill it turns the layer's dense cache into a `PrunedLayer` (eviction) or `MaskedLayer`
 (the masking reference); later forwards append to that layer and, with `decoding=True`, are judged too.
+With `prefill_chunk`, a long prefill runs in chunks (kvzap.pruning.chunked) and every chunk is judged.
 Subclasses only decide which leaving tokens survive (`select`).
 """
 
 from __future__ import annotations
 
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -18,6 +20,7 @@ from transformers.cache_utils import DynamicLayer
 
 from kvzap.pruning.attention import use_kvzap_attention
 from kvzap.pruning.cache import JudgedLayer, MaskedLayer, PrunedLayer, refuse_padding
+from kvzap.pruning.chunked import check_chunk, chunked_prefill
 from kvzap.pruning.scorers import SurrogateScorerPress
 
 
@@ -33,6 +36,9 @@ class WindowedPress(BasePress):
     evict : True frees dropped entries (PrunedLayer); False masks them in a dense cache (MaskedLayer).
     check_base_model : (keyword) False accepts a surrogate whose recorded base model differs from the
         model's id, e.g. the same weights under another name.
+    prefill_chunk : (keyword) None prefills the prompt in one forward; N prefills it N tokens at a time,
+        judging each chunk's leaving tokens before the next chunk attends, so the prefill's peak memory and
+        attention work follow the kept cache (pruning before attention, left to future work by the paper).
     """
 
     scorer: object = None
@@ -40,7 +46,9 @@ class WindowedPress(BasePress):
     decoding: bool = False
     evict: bool = True
     check_base_model: bool = field(default=True, kw_only=True)
+    prefill_chunk: int | None = field(default=None, kw_only=True)
     head_ratios: dict[int, torch.Tensor] = field(default_factory=dict, init=False, repr=False)
+    _judging_chunks: bool = field(default=False, init=False, repr=False)
 
     def __post_init__(self):
         if isinstance(self.scorer, (str, Path)):
@@ -51,6 +59,7 @@ class WindowedPress(BasePress):
             raise TypeError(f"scorer must be a kvpress ScorerPress or a surrogate path, got {self.scorer!r}")
         if isinstance(self.window, bool) or not isinstance(self.window, int) or self.window < 0:
             raise ValueError(f"window must be an integer >= 0, got {self.window!r}")
+        check_chunk(self.prefill_chunk)
 
     def select(self, scores: torch.Tensor) -> torch.Tensor:
         """scores (B, H, n) of tokens leaving the window -> keep (B, H, n) bool."""
@@ -59,6 +68,16 @@ class WindowedPress(BasePress):
     def post_init_from_model(self, model):
         self.scorer.post_init_from_model(model)
         use_kvzap_attention(model)
+
+    @contextmanager
+    def __call__(self, model):
+        chunks = nullcontext() if self.prefill_chunk is None else chunked_prefill(model, self.prefill_chunk,
+                                                                                 self._set_judging_chunks)
+        with super().__call__(model), chunks:
+            yield
+
+    def _set_judging_chunks(self, on: bool) -> None:
+        self._judging_chunks = on
 
     def forward_hook(self, module: nn.Module, input, kwargs: dict, output):
         hidden_states = kwargs["hidden_states"]  # (B, T, D), the attention input
@@ -75,7 +94,7 @@ class WindowedPress(BasePress):
                                 f"not {type(dense).__name__}")
             refuse_padding(kwargs.get("attention_mask"))
             cache.layers[idx] = (PrunedLayer if self.evict else MaskedLayer)(dense.keys, dense.values)
-        elif not (self.decoding and isinstance(cache.layers[idx], JudgedLayer)):
+        elif not ((self.decoding or self._judging_chunks) and isinstance(cache.layers[idx], JudgedLayer)):
             return output
         layer = cache.layers[idx]
         keys, values = layer.newest(length)
