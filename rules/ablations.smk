@@ -46,3 +46,28 @@ rule kv_ablation:
     shell:
         "OMP_NUM_THREADS={threads} {PYTHON} -m kvzap.kv_ablation --data {RESULTS}/{wildcards.model}/oracle-kv --alpha {params.alpha} "
         "--out $(dirname {output}) > {log} 2>&1"
+
+
+rule training_ablation:
+    """R^2 and accuracy at matched compression vs training pairs and sources, Linear and MLP (kvzap.training_ablation)."""
+    input:
+        model=f"{RESULTS}/{{model}}/model.json",
+        train=f"{RESULTS}/{{model}}/oracle/train/manifest.json",
+        test=f"{RESULTS}/{{model}}/oracle/test/manifest.json",
+    output:
+        f"{RESULTS}/{{model}}/ablations/training_pairs.json",
+    params:
+        args=lambda wc: plan.training_ablation_args(config, wc.model),
+    conda:
+        ENV
+    log:
+        f"{LOGS}/ablations/{{model}}-training-pairs.log",
+    threads: model_resource("evaluate", "cpus")
+    resources:
+        **slurm_placement(),
+        gpu=model_resource("evaluate", "gpu"),
+        mem_mb=model_resource("evaluate", "mem_mb"),
+        runtime=model_resource("evaluate", "runtime"),
+    shell:
+        "OMP_NUM_THREADS={threads} {PYTHON} -m kvzap.training_ablation --model {input.model} {params.args} "
+        "--data {RESULTS}/{wildcards.model}/oracle --out {output} > {log} 2>&1"

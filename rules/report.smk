@@ -15,6 +15,7 @@ rule aggregate:
         surrogates=surrogate_metrics,
         models=[f"{RESULTS}/{m}/model.json" for m in config["models"]],
         kv_ablations=plan.kv_ablation_files(config),
+        training_ablations=plan.training_ablation_files(config),
     output:
         **{name: f"{RESULTS}/tables/{name}.csv" for name in plan.TABLES},
         markdown=f"{RESULTS}/tables/results.md",
@@ -32,7 +33,7 @@ rule aggregate:
         runtime=30,
     shell:
         "{PYTHON} -m kvzap.aggregate {params.args} --surrogates {input.surrogates} --models {input.models} "
-        "--kv-ablations {input.kv_ablations} "
+        "--kv-ablations {input.kv_ablations} --training-ablations {input.training_ablations} "
         "--out {RESULTS}/tables > {log} 2>&1"
 
 
@@ -47,6 +48,7 @@ rule figure:
         results=f"{RESULTS}/tables/results.csv",
         predictions=figure_predictions,
         surrogates=lambda wc: plan.figure_inputs(config, wc.name)["surrogates"],
+        ablations=lambda wc: plan.figure_inputs(config, wc.name)["ablations"],
     output:
         png=f"{RESULTS}/figures/{{name}}.png",
         pdf=f"{RESULTS}/figures/{{name}}.pdf",

@@ -96,8 +96,8 @@ def test_mlp_learns_and_resumes_identically(tmp_path, monkeypatch):
 
     save = train._save_checkpoint
 
-    def killed_after_second_epoch(out, run, model, optimizer, scheduler, epoch, history):
-        save(out, run, model, optimizer, scheduler, epoch, history)
+    def killed_after_second_epoch(out, run, model, optimizer, scheduler, epoch, history, best):
+        save(out, run, model, optimizer, scheduler, epoch, history, best)
         if epoch == 1:
             raise KeyboardInterrupt
 

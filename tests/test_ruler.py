@@ -99,4 +99,10 @@ def test_score():
         "prediction": ["1 and 2", "3 only", "It is Paris."],
     })
     # niah_multivalue: (1 + 0.5) / 2 = 75; qa_1 (any reference): 100; mean over tasks 87.5.
-    assert ruler.score(df) == {"per_task": {"niah_multivalue": 75.0, "qa_1": 100.0}, "average": 87.5}
+    scored = ruler.score(df)
+    assert {k: scored[k] for k in ("per_task", "average")} == {"per_task": {"niah_multivalue": 75.0, "qa_1": 100.0},
+                                                              "average": 87.5}
+    # qa_1: one success out of one, Wilson's interval; niah_multivalue: partial credit, bootstrap over 2 samples
+    assert scored["per_task_ci"]["qa_1"] == [20.65, 100.0]
+    assert scored["per_task_ci"]["niah_multivalue"] == [50.0, 100.0]
+    assert scored["average_ci"] == [75.0, 100.0]

@@ -1,6 +1,7 @@
 """Collect every evaluation cell and surrogate into the paper's tables (CSV for machines, Markdown for people).
 
-results.csv          one row per cell: model, benchmark, subset, method, value, compression ratio, scores, per-task
+results.csv          one row per cell: model, benchmark, subset, method, value, compression ratio, scores, per-task,
+                     and each score's 95 % interval (ci_low:<score>, ci_high:<score>; kvzap.intervals)
 surrogates.csv       Table 1: mean R^2 per model and surrogate kind
 best.csv             Table 2: the KVzap configuration fixed per model (--table2), full cache -> KVzap score and
                      compression ratio per benchmark, then the average compression ratio (see kvzap.tables)
@@ -10,6 +11,7 @@ overhead.csv         Table 3: the surrogates' FLOPs per decoder layer, from each
 aime_rollouts.csv    Table 4: AIME25 correct answers per rollout and pass@1
 window_ablation.csv  §3.8: KVzap-MLP on LongBench LCC with sliding window 0 / 128 / 512
 kv_ablation.csv      App. A: held-out R^2 of ridge surrogates fed (k, v) instead of h (--kv-ablations)
+training_pairs.csv   R^2 and accuracy at matched compression vs training pairs and sources (--training-ablations)
 missing.csv          expected cells that do not exist (only allowed with --allow-missing); the tables built from
                      cells then carry partial=True and results.md names the missing cells at its top
 results.md           every table as Markdown
@@ -25,6 +27,7 @@ from pathlib import Path
 import pandas as pd
 
 from kvzap import tables
+from kvzap.intervals import ci_columns
 from kvzap.io import atomic_path, atomic_write_json, atomic_write_text
 from kvzap.overhead import overhead_table
 from kvzap.provenance import stamp
@@ -43,13 +46,19 @@ def cell_row(path: Path) -> dict:
            "compression_ratio": metrics["compression_ratio"], "n_samples": metrics["n_samples"]}
     row.update({k: metrics[k] for k in SCORE_KEYS if metrics.get(k) is not None})
     row.update({f"task:{task}": score for task, score in metrics.get("per_task", {}).items()})
+    intervals = {k: metrics.get(f"{k}_ci") for k in SCORE_KEYS}
+    intervals.update({f"task:{task}": ci for task, ci in metrics.get("per_task_ci", {}).items()})
+    for column, interval in intervals.items():
+        if interval is not None:
+            row.update(zip(ci_columns(column), interval))
     return row
 
 
 def surrogate_row(path: Path) -> dict:
     metrics = json.loads(path.read_text())
     return {"model": path.parts[-4], "model_id": metrics["model_id"], "surrogate": metrics["kind"],
-            "r2_mean": round(metrics["r2_mean"], 4), "n_train_pairs": metrics["n_train_pairs"],
+            "r2_mean": round(metrics["r2_mean"], 4), "r2_ci_low": round(metrics["r2_mean_ci"][0], 4),
+            "r2_ci_high": round(metrics["r2_mean_ci"][1], 4), "n_train_pairs": metrics["n_train_pairs"],
             "n_test_pairs": metrics["n_test_pairs"]}
 
 
@@ -59,9 +68,33 @@ def kv_ablation_table(files: list[Path]) -> pd.DataFrame:
     for path in files:
         result = json.loads(Path(path).read_text())
         rows += [{"model_id": result["model_id"], "input": row["input"], "r2_mean": round(row["r2_mean"], 4),
+                  "r2_ci_low": round(row["r2_mean_ci"][0], 4), "r2_ci_high": round(row["r2_mean_ci"][1], 4),
                   "n_train_pairs": result["n_train_pairs"], "n_test_pairs": result["n_test_pairs"]}
                  for row in result["rows"]]
-    return pd.DataFrame(rows, columns=["model_id", "input", "r2_mean", "n_train_pairs", "n_test_pairs"])
+    return pd.DataFrame(rows, columns=["model_id", "input", "r2_mean", "r2_ci_low", "r2_ci_high", "n_train_pairs",
+                                       "n_test_pairs"])
+
+
+TRAINING_PAIRS_COLUMNS = ["model_id", "sources", "n_pairs", "kind", "r2_mean", "r2_ci_low", "r2_ci_high", "threshold",
+                          "compression_ratio", "average", "average_ci_low", "average_ci_high", "best_epoch"]
+
+
+def training_pairs_table(files: list[Path]) -> pd.DataFrame:
+    """One row per (model, sources, pairs, surrogate) from kvzap.training_ablation, plus each model's full cache."""
+    rows = []
+    for path in files:
+        result = json.loads(Path(path).read_text())
+        full = result["full"]
+        rows.append({"model_id": result["model_id"], "kind": "full cache", "compression_ratio": 0.0,
+                     "average": full["average"], "average_ci_low": full["average_ci"][0],
+                     "average_ci_high": full["average_ci"][1]})
+        rows += [{**{k: row[k] for k in ("sources", "n_pairs", "kind", "threshold", "compression_ratio", "average",
+                                         "best_epoch")},
+                  "model_id": result["model_id"], "r2_mean": round(row["r2_mean"], 4),
+                  "r2_ci_low": round(row["r2_mean_ci"][0], 4), "r2_ci_high": round(row["r2_mean_ci"][1], 4),
+                  "average_ci_low": row["average_ci"][0], "average_ci_high": row["average_ci"][1]}
+                 for row in result["rows"]]
+    return pd.DataFrame(rows, columns=TRAINING_PAIRS_COLUMNS)
 
 
 def split_missing(cell_files: list[Path], allow_missing: bool) -> tuple[list[Path], list[Path]]:
@@ -90,7 +123,8 @@ def _partial_banner(missing: pd.DataFrame, n_expected: int) -> str:
 
 def aggregate(cell_files: list[Path], surrogate_files: list[Path], out: Path, *, allow_missing: bool = False,
               table2_choice: dict | None = None, tolerance: float = 1.0,
-              model_records: list[Path] = (), kv_ablations: list[Path] = ()) -> pd.DataFrame:
+              model_records: list[Path] = (), kv_ablations: list[Path] = (),
+              training_ablations: list[Path] = ()) -> pd.DataFrame:
     """Write every table under `out`; returns the per-cell results."""
     present, missing_files = split_missing(cell_files, allow_missing)
     rows = {path: cell_row(path) for path in present}
@@ -111,6 +145,8 @@ def aggregate(cell_files: list[Path], surrogate_files: list[Path], out: Path, *,
         "surrogates": ("Table 1: surrogate fit (mean R^2)", pd.DataFrame([surrogate_row(p) for p in surrogate_files])),
         "overhead": ("Table 3: surrogate FLOPs relative to a decoder layer", overhead_table(list(model_records))),
         "kv_ablation": ("Surrogate input ablation: R^2 from h vs from (k, v)", kv_ablation_table(kv_ablations)),
+        "training_pairs": ("Training data ablation: R^2 and accuracy at matched compression vs training pairs",
+                           training_pairs_table(training_ablations)),
         "missing": ("Missing cells", missing),
     }
     sections = [_partial_banner(missing, len(cell_files))] if partial else []
@@ -139,11 +175,13 @@ def main() -> None:
     parser.add_argument("--tolerance", type=float, default=1.0, help="best_auto.csv: allowed score drop in points")
     parser.add_argument("--models", type=Path, nargs="*", default=[], help="results/<model>/model.json (Table 3)")
     parser.add_argument("--kv-ablations", type=Path, nargs="*", default=[], help="kvzap.kv_ablation JSON files")
+    parser.add_argument("--training-ablations", type=Path, nargs="*", default=[],
+                        help="kvzap.training_ablation JSON files")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     results = aggregate(args.cells, args.surrogates, args.out, allow_missing=args.allow_missing,
                         table2_choice=args.table2, tolerance=args.tolerance, model_records=args.models,
-                        kv_ablations=args.kv_ablations)
+                        kv_ablations=args.kv_ablations, training_ablations=args.training_ablations)
     print(f"{len(results)} cells -> {args.out}/results.csv")
 
 

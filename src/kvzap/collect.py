@@ -7,7 +7,8 @@ Layout of `out_dir` (one folder per split):
     ...                            prompt (N,) int64 = prompt index in the split; with --store-kv also
                                    kv (N, L, H, 2*head_dim) = [key; value] as cached, in the model's dtype;
                                    format and checksum: kvzap.shards
-    manifest.json                  written last: settings, dims, per-shard counts and sha256; its presence = complete
+    manifest.json                  written last: settings, dims, each prompt's source subset, per-shard counts
+                                   and sha256; its presence = complete
 RAM holds at most one shard; a killed run resumes after the last complete shard (shards are written
 atomically). Token sampling is seeded per prompt, so reruns and resumes sample the same tokens.
 Non-finite hidden states or scores stop the collection, naming the prompt; its pairs are never written.
@@ -32,9 +33,17 @@ from kvzap.shards import shard_record, write_shard
 SHARD_GLOB = "shard-*.safetensors"
 
 
-def sample_positions(n_context: int, n_tokens: int, seed: int, prompt_index: int) -> torch.Tensor:
+def sample_positions(n_context: int, n_tokens: int | None, seed: int, prompt_index: int) -> torch.Tensor:
+    """n_tokens positions drawn at random (seeded per prompt); None: every position."""
+    if n_tokens is None:
+        return torch.arange(n_context)
     generator = torch.Generator().manual_seed(seed * 1_000_003 + prompt_index)
     return torch.randperm(n_context, generator=generator)[:n_tokens].sort().values
+
+
+def parse_token_count(value: str) -> int | None:
+    """--tokens-per-prompt: a count, or "all" (None)."""
+    return None if value == "all" else int(value)
 
 
 def _resume_point(out_dir: Path, settings: dict) -> tuple[int, list[dict]]:
@@ -51,7 +60,7 @@ def _resume_point(out_dir: Path, settings: dict) -> tuple[int, list[dict]]:
 
 
 def _shard_settings(settings: dict, model, model_record: dict, prompts: list[corpus.Prompt],
-                   tokens_per_prompt: int, shard_tokens: int, seed: int, store_kv: bool) -> dict:
+                   tokens_per_prompt: int | None, shard_tokens: int, seed: int, store_kv: bool) -> dict:
     """The caller's settings plus everything else the shards depend on: resuming requires all of it unchanged.
     `store_kv` is recorded only when on, so collections without kv keep the settings (and params_hash) they
     always had, and switching it either way restarts the collection."""
@@ -83,7 +92,7 @@ def _finite_pair(tensors: dict[str, torch.Tensor], prompt: corpus.Prompt, index:
 
 
 def collect_split(model, tokenizer, prompts: list[corpus.Prompt], out_dir: Path, settings: dict,
-                  tokens_per_prompt: int, shard_tokens: int, seed: int, model_record: dict,
+                  tokens_per_prompt: int | None, shard_tokens: int, seed: int, model_record: dict,
                   store_kv: bool = False) -> dict:
     """Collect one split's pairs into `out_dir`; `store_kv` also keeps each sampled token's cached keys and
     values (tensor `kv`), the inputs of the (k, v) surrogate ablation (kvzap.kv_ablation)."""
@@ -127,6 +136,7 @@ def collect_split(model, tokenizer, prompts: list[corpus.Prompt], out_dir: Path,
         "n_kv_heads": config.num_key_value_heads,
         "dtype": settings["model_dtype"],
         "n_prompts": len(prompts),
+        "prompt_subsets": [prompt.subset for prompt in prompts],  # which source each prompt index came from
         "n_pairs": sum(s["n"] for s in shards),
         "shards": shards,
     }
@@ -143,7 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-tokens", type=int, required=True)
     parser.add_argument("--n-test", type=int, required=True, help="held-out prompts per subset")
     parser.add_argument("--n-train", type=int, required=True, help="training prompts per subset")
-    parser.add_argument("--tokens-per-prompt", type=int, required=True)
+    parser.add_argument("--tokens-per-prompt", type=parse_token_count, required=True, help='a count, or "all"')
     parser.add_argument("--shard-tokens", type=int, required=True)
     parser.add_argument("--dtype", required=True)
     parser.add_argument("--seed", type=int, required=True)

@@ -2,14 +2,19 @@
 
 Selection follows kvzap/data.py of kvpress: per subset, keep prompts whose token length lies strictly
 between min_tokens and max_tokens; the first `n_test` kept prompts are held out, the next `n_train` train.
+Offline, documents are cut into passages of that length: `offline/mix` (essays, English and Bulgarian
+encyclopedia articles, news, Python source, science problems with code; see kvzap.assets) mirrors the
+Nemotron sample's mix, `offline/paul-graham-essays` is essays only.
 """
 
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass
 
-from kvzap.assets import paul_graham_essays
+from kvzap import assets
+from kvzap.assets import OFFLINE_CORPORA
 from kvzap.hub_files import dataset_files
 
 NEMOTRON = "nvidia/Nemotron-Pretraining-Dataset-sample"
@@ -24,7 +29,7 @@ NEMOTRON_SUBSETS = (
     "Nemotron-SFT-General",
     "Nemotron-SFT-MATH",
 )
-OFFLINE_CORPORA = ("offline/paul-graham-essays",)
+SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
 
 @dataclass(frozen=True)
@@ -34,30 +39,52 @@ class Prompt:
     text: str
 
 
-def _essay_passages(count, min_tokens: int, max_tokens: int):
-    """Passages of every essay, interleaved round-robin so that any prefix of the stream is diverse."""
-    per_essay = []
-    for essay in paul_graham_essays():
-        sentences = [s for s in re.split(r"(?<=[.!?])\s+", essay) if s.strip()]
-        per_essay.append(_pack(sentences, count, min_tokens, max_tokens))
-    for round_ in range(max(map(len, per_essay))):
-        for passages in per_essay:
-            if round_ < len(passages):
-                yield passages[round_]
+def _sentences(text: str) -> list[str]:
+    return [s for s in SENTENCE_END.split(text) if s.strip()]
 
 
-def _pack(sentences: list[str], count, min_tokens: int, max_tokens: int) -> list[str]:
-    """Greedily join consecutive sentences into passages within (min_tokens, max_tokens)."""
-    out, current = [], []
-    for sentence in sentences:
-        current.append(sentence)
-        n = count(" ".join(current))
+# offline/mix: subset -> (documents, how a document splits into units that passages are packed from, joiner)
+def _mix_sources() -> dict:
+    return {
+        "essays": (assets.paul_graham_essays, _sentences, " "),
+        "wikipedia-en": (lambda: assets.wikipedia_articles("en"), _sentences, " "),
+        "wikipedia-bg": (lambda: assets.wikipedia_articles("bg"), _sentences, " "),
+        "news": (lambda: ["\n".join(assets.news_paragraphs())], _sentences, " "),
+        "python-code": (assets.python_sources, str.splitlines, "\n"),
+        "science-problems": (assets.codeio_problems, str.splitlines, "\n"),
+    }
+
+
+def _passages(documents, split, joiner: str, count, min_tokens: int, max_tokens: int):
+    """Passages of every document, round-robin over documents (so any prefix of the stream is diverse), each
+    document packed lazily: only the passages a selection reaches are ever tokenized."""
+    streams = [_pack(split(document), joiner, count, min_tokens, max_tokens) for document in documents]
+    while streams:
+        alive = []
+        for stream in streams:
+            passage = next(stream, None)
+            if passage is not None:
+                yield passage
+                alive.append(stream)
+        streams = alive
+
+
+def _pack(units: list[str], joiner: str, count, min_tokens: int, max_tokens: int):
+    """Greedily join consecutive units (sentences, lines) into passages of min_tokens < length < max_tokens.
+    Unit lengths are summed to know when to measure; the joined passage is measured exactly before it is kept."""
+    current, estimate = [], 0
+    for unit in units:
+        current.append(unit)
+        estimate += count(unit)
+        if estimate <= min_tokens:
+            continue
+        n = count(joiner.join(current))
         if n >= max_tokens:
-            current = [sentence] if count(sentence) < max_tokens else []
+            current = [unit] if count(unit) < max_tokens else []
+            estimate = count(unit) if current else 0
         elif n > min_tokens:
-            out.append(" ".join(current))
-            current = []
-    return out
+            yield joiner.join(current)
+            current, estimate = [], 0
 
 
 def _hub_texts(subset: str, batch_rows: int = 256):
@@ -79,15 +106,20 @@ def select(corpus: str, tokenizer, min_tokens: int, max_tokens: int, n_test: int
     if corpus == NEMOTRON:
         sources = {s: (t for t in _hub_texts(s) if min_tokens < count(t) < max_tokens) for s in NEMOTRON_SUBSETS}
     elif corpus == "offline/paul-graham-essays":
-        sources = {"paul-graham-essays": _essay_passages(count, min_tokens, max_tokens)}
+        sources = {"paul-graham-essays": _passages(assets.paul_graham_essays(), _sentences, " ", count, min_tokens,
+                                                   max_tokens)}
+    elif corpus == "offline/mix":
+        sources = {subset: _passages(documents(), split, joiner, count, min_tokens, max_tokens)
+                   for subset, (documents, split, joiner) in _mix_sources().items()}
     else:
         raise ValueError(f"Unknown corpus {corpus!r}: use {NEMOTRON!r} or one of {OFFLINE_CORPORA}.")
 
-    split = {"test": [], "train": []}
-    per_subset = n_test + n_train
-    for subset, texts in sources.items():
-        for i, text in enumerate(texts):
-            if i >= per_subset:
-                break
-            split["test" if i < n_test else "train"].append(Prompt(subset, i, text))
-    return split
+    chosen = {subset: [Prompt(subset, i, text) for i, text in zip(range(n_test + n_train), texts)]
+              for subset, texts in sources.items()}
+    # Interleaved across subsets, so that any prefix of a split (a training-size ablation) is as diverse as all of it.
+    return {"test": _interleave([prompts[:n_test] for prompts in chosen.values()]),
+            "train": _interleave([prompts[n_test:] for prompts in chosen.values()])}
+
+
+def _interleave(lists: list[list]) -> list:
+    return [item for round_ in itertools.zip_longest(*lists) for item in round_ if item is not None]

@@ -6,6 +6,8 @@ Kinds (config `figures:`):
   ratio_distribution  per-prompt compression ratios of one KVzap configuration on each benchmark (Fig 5 left)
   threshold_vs_topk   thresholding vs fixed top-k per head vs per layer (Fig 5 right)
   surrogate_fit       KVzip+ score distribution, per-head R^2 MLP vs linear, share below the median, R^2 heatmap (Figs 6-8)
+  training_pairs      R^2 and accuracy at matched compression vs training pairs and sources (kvzap.training_ablation)
+Every score is drawn with its 95 % interval (kvzap.intervals) as error bars or a band.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from safetensors.torch import load_file  # noqa: E402
 
 import kvzap  # noqa: E402
 from kvzap import registry  # noqa: E402
+from kvzap.intervals import bootstrap, ci_columns, mean_over_cells  # noqa: E402
 from kvzap.io import atomic_path  # noqa: E402
 from kvzap.provenance import git_commit  # noqa: E402
 
@@ -42,17 +45,39 @@ def _save(fig, out: Path) -> None:
     plt.close(fig)
 
 
+def _summary(cells: pd.DataFrame, metrics: list[str]) -> pd.DataFrame:
+    """Per (method, value): compression ratio and each metric averaged over the cells (subsets), with its 95 %
+    interval (kvzap.intervals.mean_over_cells)."""
+    rows = []
+    for (method, value), group in cells.groupby(["method", "value"], dropna=False, sort=False):
+        row = {"method": method, "value": value, "compression_ratio": group["compression_ratio"].mean()}
+        for metric in metrics:
+            if metric in group and group[metric].notna().any():
+                low, high = ci_columns(metric)
+                row[metric], row[low], row[high] = mean_over_cells(group, metric)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
 def _curves(ax, cells: pd.DataFrame, metric: str, methods: list[str] | None, linestyle: str = "-", legend=True):
-    """One line per method (sorted by compression ratio); the full cache as a dashed horizontal line."""
+    """One line per method (sorted by compression ratio) with 95 % error bars; the full cache as a dashed
+    horizontal line inside its interval's band."""
+    low, high = ci_columns(metric)
     for i, (method, group) in enumerate(cells.groupby("method", sort=False)):
         if methods and method not in methods or metric not in group or group[metric].isna().all():
             continue
         if method == "full":
             ax.axhline(group[metric].mean(), color="black", ls="--", lw=1, label=registry.label(method) if legend else None)
+            if low in group and group[low].notna().all():
+                ax.axhspan(group[low].mean(), group[high].mean(), color="black", alpha=0.08, lw=0)
             continue
         group = group.sort_values("compression_ratio")
-        ax.plot(group["compression_ratio"], group[metric], marker=MARKERS[i % len(MARKERS)], ms=4, ls=linestyle,
-                label=registry.label(method) if legend else None, **STYLE.get(method, {}))
+        errors = None
+        if low in group and group[low].notna().all():
+            errors = [(group[metric] - group[low]).clip(lower=0), (group[high] - group[metric]).clip(lower=0)]
+        ax.errorbar(group["compression_ratio"], group[metric], yerr=errors, marker=MARKERS[i % len(MARKERS)], ms=4,
+                    ls=linestyle, capsize=2, elinewidth=0.8, label=registry.label(method) if legend else None,
+                    **STYLE.get(method, {}))
     ax.set_xlabel("Compression ratio")
     ax.grid(alpha=0.3)
 
@@ -63,7 +88,7 @@ def tradeoff(results: pd.DataFrame, spec: dict, out: Path) -> None:
     fig, axes = plt.subplots(1, len(models), figsize=(5 * len(models), 4), squeeze=False)
     aime = (cells["benchmark_type"] == "aime25").any()
     for ax, model in zip(axes[0], models):
-        data = cells[cells["model"] == model].groupby(["method", "value"], dropna=False, sort=False).mean(numeric_only=True).reset_index()
+        data = _summary(cells[cells["model"] == model], ["pass@1", "pass@4", spec.get("metric", "average")])
         if aime:
             _curves(ax, data, "pass@1", spec.get("methods"))
             _curves(ax, data, "pass@4", spec.get("methods"), linestyle="--", legend=False)
@@ -87,7 +112,7 @@ def per_task(results: pd.DataFrame, spec: dict, out: Path) -> None:
     cols = min(4, len(tasks))
     rows = -(-len(tasks) // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 3.2 * rows), squeeze=False)
-    data = cells.groupby(["method", "value"], dropna=False, sort=False).mean(numeric_only=True).reset_index()
+    data = _summary(cells, tasks)
     for ax, task in zip(axes.flat, tasks):
         _curves(ax, data, task, spec.get("methods"), legend=ax is axes.flat[0])
         ax.set_title(task.removeprefix("task:"))
@@ -106,13 +131,17 @@ def ratio_distribution(results: pd.DataFrame, spec: dict, out: Path, predictions
         cell = json.loads((path.parent / "metrics.json").read_text())
         if cell["model"] == model and cell["method"] == spec["method"] and cell["value"] == spec["value"]:
             by_bench.setdefault(cell["bench"], []).append(pd.read_csv(path)["compression_ratio"])
-    data, names = [], []
+    data, names, means = [], [], []
     for bench in spec.get("benchmarks") or sorted(by_bench):
-        ratios = pd.concat(by_bench[bench]) if bench in by_bench else pd.Series(dtype=float)
-        data.append(ratios.to_numpy())
+        ratios = (pd.concat(by_bench[bench]) if bench in by_bench else pd.Series(dtype=float)).to_numpy()
+        data.append(ratios)
+        if len(ratios):  # the mean with its 95 % bootstrap interval over prompts
+            means.append((len(data), ratios.mean(), *bootstrap(lambda idx: ratios[idx].mean(), len(ratios))))
         names.append(f"{bench}\n(mean {ratios.mean():.2f})")
     fig, ax = plt.subplots(figsize=(2.2 * len(data) + 2, 4))
-    ax.violinplot([d for d in data if len(d)], showmedians=True)
+    ax.violinplot([d for d in data if len(d)], positions=[i + 1 for i, d in enumerate(data) if len(d)], showmedians=True)
+    for position, mean, low, high in means:
+        ax.errorbar([position], [mean], yerr=[[mean - low], [high - mean]], color="black", marker="o", ms=3, capsize=4)
     ax.set_xticks(range(1, len(names) + 1), names)
     ax.set_ylabel("Per-prompt compression ratio")
     ax.set_title(spec.get("title", f"{registry.label(spec['method'])}, tau = {spec['value']:g}, {model}"))
@@ -128,20 +157,53 @@ def surrogate_fit(spec: dict, out: Path, surrogates: list[tuple[str, Path, Path]
     """Per model (its linear and MLP surrogate folders): held-out scores, per-head R^2 of both, layer shares."""
     fig, axes = plt.subplots(len(surrogates), 4, figsize=(18, 3.8 * len(surrogates)), squeeze=False)
     for row, (model, linear, mlp) in zip(axes, surrogates):
-        r2 = {kind: torch.tensor(json.loads((folder / "metrics.json").read_text())["r2"])
-              for kind, folder in (("linear", linear), ("mlp", mlp))}
+        metrics = {kind: json.loads((folder / "metrics.json").read_text()) for kind, folder in
+                   (("linear", linear), ("mlp", mlp))}
+        r2 = {kind: torch.tensor(m["r2"]) for kind, m in metrics.items()}
+        (x_low, x_high), (y_low, y_high) = metrics["mlp"]["r2_mean_ci"], metrics["linear"]["r2_mean_ci"]
         y_true = load_file(str(mlp / "test_predictions.safetensors"))["y_true"]  # (N, L, H)
         row[0].hist(y_true.flatten().numpy(), bins=80, color="#76b900")
         row[0].set(title=f"{model}: KVzip+ log-scores (test)", xlabel="log score")
         row[1].scatter(r2["mlp"].flatten(), r2["linear"].flatten(), s=6, c=torch.arange(r2["mlp"].shape[0]).repeat_interleave(r2["mlp"].shape[1]), cmap="viridis")
         row[1].plot([0, 1], [0, 1], "k--", lw=0.8)
-        row[1].set(title=f"per-head R^2 (mean MLP {r2['mlp'].mean():.3f}, linear {r2['linear'].mean():.3f})", xlabel="MLP", ylabel="Linear")
+        x, y = r2["mlp"].mean().item(), r2["linear"].mean().item()  # the means, with 95 % intervals over test prompts
+        row[1].errorbar([x], [y], xerr=[[x - x_low], [x_high - x]], yerr=[[y - y_low], [y_high - y]], color="red",
+                        marker="+", ms=10, capsize=3)
+        row[1].set(title=f"per-head R^2; mean MLP {x:.3f} [{x_low:.3f}, {x_high:.3f}], "
+                         f"linear {y:.3f} [{y_low:.3f}, {y_high:.3f}]", xlabel="MLP", ylabel="Linear")
         below = (y_true < y_true.flatten().median()).float().mean(dim=(0, 2))
         row[2].bar(range(len(below)), below.numpy(), color="#1f6f3f")
         row[2].set(title="share of KV pairs below the median score", xlabel="layer")
         image = row[3].imshow(r2["mlp"].T.numpy(), aspect="auto", cmap="viridis", vmin=0, vmax=1)
         row[3].set(title="MLP R^2 per head", xlabel="layer", ylabel="KV head")
         fig.colorbar(image, ax=row[3])
+    _save(fig, out)
+
+
+def training_pairs(spec: dict, out: Path, files: list[Path]) -> None:
+    """Per model: held-out R^2 and accuracy at matched compression vs training pairs, one line per (surrogate,
+    sources), 95 % error bars; the full cache's accuracy as a dashed line in its band."""
+    fig, axes = plt.subplots(len(files), 2, figsize=(11, 4 * len(files)), squeeze=False)
+    for (r2_ax, acc_ax), path in zip(axes, files):
+        result = json.loads(Path(path).read_text())
+        rows = pd.DataFrame(result["rows"])
+        for i, ((kind, sources), group) in enumerate(rows.groupby(["kind", "sources"], sort=True)):
+            group = group.sort_values("n_pairs")
+            style = dict(marker=MARKERS[i % len(MARKERS)], capsize=3, ls="-" if sources == "all" else ":",
+                         label=f"{registry.label('kvzap_' + kind)}, {sources}", **STYLE.get(f"kvzap_{kind}", {}))
+            for ax, column in ((r2_ax, "r2_mean"), (acc_ax, "average")):
+                low, high = zip(*group[f"{column}_ci"])
+                ax.errorbar(group["n_pairs"], group[column], yerr=[group[column] - low, high - group[column]], **style)
+        full = result["full"]
+        acc_ax.axhline(full["average"], color="black", ls="--", lw=1, label="Full cache")
+        acc_ax.axhspan(*full["average_ci"], color="black", alpha=0.08, lw=0)
+        r2_ax.set(xscale="log", xlabel="training pairs", ylabel="held-out R^2 (mean over layers, heads)",
+                  title=f"{result['model_id']}: surrogate fit")
+        acc_ax.set(xscale="log", xlabel="training pairs", ylabel=f"accuracy ({result['n_samples']} samples)",
+                   title=f"accuracy at compression {result['target_ratio']:g} (calibrated)")
+        for ax in (r2_ax, acc_ax):
+            ax.grid(alpha=0.3)
+        acc_ax.legend(fontsize=7)
     _save(fig, out)
 
 
@@ -152,6 +214,8 @@ def main() -> None:
                         help="cells' predictions.csv (ratio_distribution), each beside its metrics.json")
     parser.add_argument("--surrogate", nargs=3, action="append", default=[], metavar=("MODEL", "LINEAR", "MLP"),
                         help="a model's two surrogate folders (surrogate_fit), once per model")
+    parser.add_argument("--training-ablations", type=Path, nargs="*", default=[],
+                        help="kvzap.training_ablation JSON files (training_pairs)")
     parser.add_argument("--spec", required=True, help="the figure's config entry, as JSON")
     parser.add_argument("--out", type=Path, required=True, help="PNG path (a PDF is written beside it)")
     args = parser.parse_args()
@@ -160,6 +224,8 @@ def main() -> None:
     kind = spec["kind"]
     if kind == "surrogate_fit":
         surrogate_fit(spec, args.out, [(model, Path(linear), Path(mlp)) for model, linear, mlp in args.surrogate])
+    elif kind == "training_pairs":
+        training_pairs(spec, args.out, args.training_ablations)
     elif kind == "ratio_distribution":
         ratio_distribution(results, spec, args.out, args.predictions)
     else:

@@ -55,23 +55,24 @@ def predict_kv(weight: torch.Tensor, bias: torch.Tensor, folder: Path) -> tuple[
     return torch.cat(trues), torch.cat(preds)
 
 
-def _row(name: str, y_true: torch.Tensor, y_pred: torch.Tensor) -> dict:
+def _row(name: str, y_true: torch.Tensor, y_pred: torch.Tensor, prompts: torch.Tensor) -> dict:
     r2 = train.squared_pearson(y_true, y_pred)
-    return {"input": name, "r2_mean": float(r2.mean()), "r2": r2.tolist()}
+    return {"input": name, "r2_mean": float(r2.mean()), "r2_mean_ci": list(train.r2_interval(y_true, y_pred, prompts)),
+            "r2": r2.tolist()}
 
 
 def run(data: Path, alpha: float = 1.0, device: torch.device | None = None) -> dict:
     """Fit both surrogates on data/train, score them on data/test: the rows of kv_ablation.json."""
     device = device or train.device_default()
     linear = train.fit_ridge(data / "train", alpha, device)
-    h_true, h_pred = train.predict(linear, data / "test")
+    h_true, h_pred, prompts = train.predict(linear, data / "test")
     weight, bias = fit_kv_ridge(data / "train", alpha, device)
-    kv_true, kv_pred = predict_kv(weight, bias, data / "test")
+    kv_true, kv_pred = predict_kv(weight, bias, data / "test")  # the same pairs, in the same order
     train_manifest = train.load_manifest(data / "train")
     return {
         **stamp({"alpha": alpha, "data": train_manifest["params_hash"]},
                 {"model_id": train_manifest["model_id"], "revision": train_manifest["model_revision"]}),
-        "rows": [_row("h", h_true, h_pred), _row("kv", kv_true, kv_pred)],
+        "rows": [_row("h", h_true, h_pred, prompts), _row("kv", kv_true, kv_pred, prompts)],
         "n_train_pairs": train_manifest["n_pairs"],
         "n_test_pairs": len(h_true),
     }

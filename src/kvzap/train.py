@@ -9,12 +9,14 @@ gathered from memory-mapped shards, so memory stays bounded. It checkpoints ever
 continues only a run with identical settings and training data (else it restarts from epoch 0), and
 equals an unbroken run. A non-finite loss, weight or ridge solution stops training with an error.
 Shard checksums are verified before fitting (kvzap.shards).
-Fit quality: squared Pearson correlation per (layer, head) on the test prompts (the paper's Table 1).
+Fit quality: squared Pearson correlation per (layer, head) on the test prompts (the paper's Table 1), its mean
+with a 95 % bootstrap interval over test prompts. The MLP returned is its best-validation epoch.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 from collections.abc import Iterable
@@ -26,10 +28,11 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
+from kvzap.intervals import bootstrap
 from kvzap.io import atomic_path, atomic_write_json
 from kvzap.plan import TRAINING_KEYS
 from kvzap.provenance import stamp
-from kvzap.shards import ShardRows, read_shard
+from kvzap.shards import ShardRows, read_shard, shard_record
 from kvzap.surrogate import Surrogate
 
 
@@ -80,12 +83,24 @@ def ridge_solve(batches: Iterable[tuple[torch.Tensor, torch.Tensor]], alpha: flo
     return weight, bias
 
 
-def fit_ridge(folder: Path, alpha: float = 1.0, device: torch.device | None = None) -> Surrogate:
-    """KVzap-Linear: one ridge per layer from h (D inputs) to the log scores of all its KV heads."""
+def fit_ridge(folder: Path, alpha: float = 1.0, device: torch.device | None = None,
+              pairs: np.ndarray | None = None) -> Surrogate:
+    """KVzap-Linear: one ridge per layer from h (D inputs) to the log scores of all its KV heads; `pairs` (global
+    row indices) restricts the fit to those rows (a training-size ablation), else every row is used."""
     device = device or device_default()
+    paths = shards(folder)
+    starts = np.cumsum([0] + [shard_record(path)["n"] for path in paths])
+
+    def rows(shard: dict, first: int) -> dict:
+        if pairs is None:
+            return shard
+        local = torch.from_numpy(pairs[(pairs >= first) & (pairs < first + len(shard["y"]))] - first)
+        return {"h": shard["h"][local], "y": shard["y"][local]}
+
     batches = ((shard["h"].to(device, torch.float64).transpose(0, 1),  # (L, N, D)
                 shard["y"].to(device, torch.float64).transpose(0, 1))  # (L, N, H)
-               for shard in map(read_shard, tqdm(shards(folder), desc="ridge: accumulate")))
+               for shard in (rows(read_shard(path), first)
+                             for path, first in zip(tqdm(paths, desc="ridge: accumulate"), starts)))
     weight, bias = ridge_solve(batches, alpha, folder)  # (L, D, H), (L, H)
     n_layers, dim, heads = weight.shape
     model = Surrogate(dim, heads, n_layers)
@@ -123,9 +138,11 @@ def _target_mean(rows: ShardRows, chunk: int = 4096) -> torch.Tensor:
 CHECKPOINT = "checkpoint.safetensors"
 
 
-def _save_checkpoint(out: Path, run: dict, model, optimizer, scheduler, epoch: int, history: list[dict]) -> None:
-    """Weights, optimizer and the run's state in ONE file, so they can never disagree after a kill."""
+def _save_checkpoint(out: Path, run: dict, model, optimizer, scheduler, epoch: int, history: list[dict],
+                     best: dict) -> None:
+    """Weights, best weights so far, optimizer and the run's state in ONE file, so they never disagree after a kill."""
     tensors = {f"model.{k}": v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
+    tensors.update({f"best.{k}": v.contiguous() for k, v in best.items()})
     for i, state in optimizer.state_dict()["state"].items():
         for name, value in state.items():
             tensors[f"optim.{i}.{name}"] = torch.as_tensor(value).detach().cpu().contiguous()
@@ -134,12 +151,12 @@ def _save_checkpoint(out: Path, run: dict, model, optimizer, scheduler, epoch: i
         save_file(tensors, str(tmp), metadata={"state": json.dumps(state)})
 
 
-def _load_checkpoint(out: Path, run: dict, model, optimizer, scheduler) -> tuple[int, list[dict]]:
-    """Restore the last finished epoch of this same run: (epoch to start from, history so far).
+def _load_checkpoint(out: Path, run: dict, model, optimizer, scheduler) -> tuple[int, list[dict], dict | None]:
+    """Restore the last finished epoch of this same run: (epoch to start from, history so far, best weights).
     A checkpoint made with other settings or data is discarded, so training restarts from epoch 0."""
     path = out / CHECKPOINT
     if not path.exists():
-        return 0, []
+        return 0, [], None
     try:
         with safe_open(str(path), framework="pt") as f:
             state = json.loads((f.metadata() or {}).get("state", "{}"))
@@ -152,7 +169,7 @@ def _load_checkpoint(out: Path, run: dict, model, optimizer, scheduler) -> tuple
                    if made_with else "kvzap version (it records no settings)")
         print(f"Discarding {path}: it was made with different {changed}; training restarts from epoch 0.")
         path.unlink()
-        return 0, []
+        return 0, [], None
     model.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("model.")})
     optim_state = optimizer.state_dict()
     for i in range(len(optim_state["param_groups"][0]["params"])):
@@ -161,7 +178,8 @@ def _load_checkpoint(out: Path, run: dict, model, optimizer, scheduler) -> tuple
     scheduler.load_state_dict(state["scheduler"])
     for group, lr in zip(optimizer.param_groups, scheduler.get_last_lr()):
         group["lr"] = lr
-    return state["epoch"] + 1, state["history"]
+    best = {k[5:]: v for k, v in tensors.items() if k.startswith("best.")}
+    return state["epoch"] + 1, state["history"], best
 
 
 def _diverged(what: str, epoch: int, folder: Path) -> FloatingPointError:
@@ -171,7 +189,9 @@ def _diverged(what: str, epoch: int, folder: Path) -> FloatingPointError:
 
 def fit_mlp(folder: Path, out: Path, epochs: int = 15, lr: float = 5e-3, batch_size: int = 512,
             hidden_dim: int | None = None, valid_fraction: float = 0.05, seed: int = 42,
-            device: torch.device | None = None) -> tuple[Surrogate, list[dict]]:
+            device: torch.device | None = None, pairs: np.ndarray | None = None) -> tuple[Surrogate, list[dict]]:
+    """KVzap-MLP; the returned weights are those of the epoch with the lowest validation loss (early stopping:
+    with few pairs the MLP overfits in later epochs). `pairs` (global row indices) restricts the data."""
     device = device or device_default()
     manifest = load_manifest(folder)
     rows = ShardRows(shards(folder))
@@ -180,7 +200,8 @@ def fit_mlp(folder: Path, out: Path, epochs: int = 15, lr: float = 5e-3, batch_s
     hidden_dim = hidden_dim or dim // 8
     run = {"kind": "mlp", "epochs": epochs, "lr": lr, "batch_size": batch_size, "hidden_dim": hidden_dim,
            "valid_fraction": valid_fraction, "seed": seed,
-           "data": {"params_hash": manifest["params_hash"], "shards": [r["sha256"] for r in rows.records]}}
+           "data": {"params_hash": manifest["params_hash"], "shards": [r["sha256"] for r in rows.records],
+                    **({"pairs": hashlib.sha256(pairs.tobytes()).hexdigest()} if pairs is not None else {})}}
     torch.manual_seed(seed)
     model = Surrogate(dim, heads, n_layers, hidden_dim)
     with torch.no_grad():  # start at the mean log-score (about -8) rather than spend epochs learning the offset
@@ -189,8 +210,10 @@ def fit_mlp(folder: Path, out: Path, epochs: int = 15, lr: float = 5e-3, batch_s
     model.to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
     scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=epochs)
-    start, history = _load_checkpoint(out, run, model, optimizer, scheduler)
-    train_index, valid_index = _split(len(rows), valid_fraction, seed)
+    start, history, best = _load_checkpoint(out, run, model, optimizer, scheduler)
+    train_index, valid_index = _split(len(rows) if pairs is None else len(pairs), valid_fraction, seed)
+    if pairs is not None:
+        train_index, valid_index = pairs[train_index], pairs[valid_index]
 
     for epoch in range(start, epochs):
         model.train()
@@ -214,8 +237,11 @@ def fit_mlp(folder: Path, out: Path, epochs: int = 15, lr: float = 5e-3, batch_s
         valid_loss = _validation_loss(model, rows, valid_index, batch_size, device)
         history.append({"epoch": epoch + 1, "train_loss": train_loss / max(seen, 1), "valid_loss": valid_loss})
         print(f"epoch {epoch + 1}: train {history[-1]['train_loss']:.4f} valid {valid_loss:.4f}")
-        _save_checkpoint(out, run, model, optimizer, scheduler, epoch, history)
+        if best is None or valid_loss < min(h["valid_loss"] for h in history[:-1]):
+            best = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+        _save_checkpoint(out, run, model, optimizer, scheduler, epoch, history, best)
         atomic_write_json(out / "history.json", {"run": run, "history": history})  # progress, for people watching
+    model.load_state_dict(best)
     return model.cpu().eval().requires_grad_(False), history
 
 
@@ -242,15 +268,35 @@ def squared_pearson(y_true: torch.Tensor, y_pred: torch.Tensor) -> torch.Tensor:
     return ((t * p).sum(0) ** 2 / ((t * t).sum(0) * (p * p).sum(0))).float()
 
 
+def r2_interval(y_true: torch.Tensor, y_pred: torch.Tensor, prompts: torch.Tensor) -> tuple[float, float]:
+    """95 % bootstrap interval of the mean squared Pearson correlation, resampling test prompts (a prompt's pairs
+    are correlated, so prompts are the independent units). Resamples add up per-prompt sums, so each is cheap."""
+    t, p = y_true.double(), y_pred.double()
+    ids, prompt_of = torch.unique(prompts, return_inverse=True)
+    stats = torch.zeros(len(ids), 6, *t.shape[1:], dtype=torch.float64)  # n, St, Sp, Stt, Spp, Stp per (L, H)
+    for k, values in enumerate((torch.ones_like(t), t, p, t * t, p * p, t * p)):
+        stats[:, k].index_add_(0, prompt_of, values)
+    stats = stats.numpy()
+
+    def mean_r2(idx: np.ndarray) -> float:
+        n, st, sp, stt, spp, stp = stats[idx].sum(0)
+        cov, var_t, var_p = stp - st * sp / n, stt - st * st / n, spp - sp * sp / n
+        return float((cov * cov / (var_t * var_p)).mean())
+
+    return bootstrap(mean_r2, len(ids))
+
+
 @torch.no_grad()
-def predict(model: Surrogate, folder: Path, batch_size: int = 4096) -> tuple[torch.Tensor, torch.Tensor]:
-    trues, preds = [], []
+def predict(model: Surrogate, folder: Path, batch_size: int = 4096) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Held-out (y_true, y_pred, prompt index of each pair)."""
+    trues, preds, prompts = [], [], []
     for path in shards(folder):
         shard = read_shard(path)
         for b in range(0, len(shard["y"]), batch_size):
             preds.append(model(shard["h"][b:b + batch_size].float()))
             trues.append(shard["y"][b:b + batch_size])
-    return torch.cat(trues), torch.cat(preds)
+        prompts.append(shard["prompt"])
+    return torch.cat(trues), torch.cat(preds), torch.cat(prompts)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -285,16 +331,18 @@ def main() -> None:
                                  args.hidden_dim, seed=args.seed)
         params = {"kind": "mlp", "epochs": args.epochs, "lr": args.lr, "batch_size": args.batch_size,
                   "hidden_dim": model.hidden_dim, "valid_fraction": 0.05}
-    y_true, y_pred = predict(model, args.data / "test")
+    y_true, y_pred, prompts = predict(model, args.data / "test")
     r2 = squared_pearson(y_true, y_pred)
     with atomic_path(args.out / "test_predictions.safetensors") as tmp:
-        save_file({"y_true": y_true.contiguous(), "y_pred": y_pred.contiguous()}, str(tmp))
+        save_file({"y_true": y_true.contiguous(), "y_pred": y_pred.contiguous(), "prompt": prompts.contiguous()},
+                  str(tmp))
     model.save_pretrained(args.out, extra_config={"base_model": train_manifest["model_id"]})
     metrics = {
         **stamp({**params, "data": train_manifest["params_hash"]}, {"model_id": train_manifest["model_id"],
                 "revision": train_manifest["model_revision"]}, args.seed),
         "kind": args.kind,
         "r2_mean": float(r2.mean()),
+        "r2_mean_ci": list(r2_interval(y_true, y_pred, prompts)),
         "r2": r2.tolist(),
         "n_train_pairs": train_manifest["n_pairs"],
         "n_test_pairs": len(y_true),

@@ -30,6 +30,7 @@ from pathlib import Path
 import pandas as pd
 
 from kvzap.hub_files import dataset_files
+from kvzap.intervals import bootstrap
 from kvzap.metrics import aime_correct, extract_boxed, pass_at_k
 
 HUB_DATASET = "alessiodevoto/aime25"
@@ -140,17 +141,24 @@ def score(predictions: pd.DataFrame) -> dict:
     per_problem = df.groupby("sample_id")["correct"].agg(["size", "sum"])
     n_min = int(per_problem["size"].min())
 
-    def pass_k(k: int) -> float | None:
+    def pass_k(k: int) -> tuple[float | None, list[float] | None]:
+        """pass@k x100 and its 95 % interval, resampling problems (the independent units)."""
         if k > n_min:
-            return None
-        return round(100 * per_problem.apply(lambda r: pass_at_k(r["size"], r["sum"], k), axis=1).mean(), 2)
+            return None, None
+        per = per_problem.apply(lambda r: pass_at_k(r["size"], r["sum"], k), axis=1).to_numpy(dtype=float)
+        low, high = bootstrap(lambda idx: per[idx].mean(), len(per))
+        return round(100 * float(per.mean()), 2), [round(100 * low, 2), round(100 * high, 2)]
 
-    pass1 = pass_k(1)
+    (pass1, pass1_ci), (pass4, pass4_ci) = pass_k(1), pass_k(4)
     return {
         "per_task": {TASK: pass1},
+        "per_task_ci": {TASK: pass1_ci},
         "average": pass1,
+        "average_ci": pass1_ci,
         "pass@1": pass1,
-        "pass@4": pass_k(4),
+        "pass@1_ci": pass1_ci,
+        "pass@4": pass4,
+        "pass@4_ci": pass4_ci,
         "answered": int(df["answered"].sum()),
         "n_problems": len(per_problem),
         "n_rollouts": n_min,

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from kvzap.intervals import task_scores
 from kvzap.metrics import longbench_score
 
 HUB_DATASET = "THUDM/LongBench"
@@ -152,16 +153,16 @@ def load(source: str, subset: str, tokenizer=None, n_samples: int | None = None,
 
 
 def score(predictions: pd.DataFrame) -> dict:
-    """Per-subset score (x100), their mean, and the mean without TREC (the paper's Fig 12)."""
-    per_row = [
+    """Per-subset score (x100), their mean, and the mean without TREC (the paper's Fig 12), with 95 % intervals."""
+    per_row = pd.Series([
         longbench_score(t, p, list(a), c)
         for t, p, a, c in zip(predictions["task"], predictions["prediction"], predictions["answers"],
                               predictions["all_classes"])
-    ]
-    per_task = (pd.Series(per_row, index=predictions["task"].to_numpy()).groupby(level=0).mean() * 100).round(2)
-    without_trec = per_task.drop("trec", errors="ignore")
-    return {
-        "per_task": {t: float(per_task[t]) for t in TASKS if t in per_task},
-        "average": round(float(per_task.mean()), 2),
-        "average_without_trec": round(float(without_trec.mean()), 2) if len(without_trec) else None,
-    }
+    ], index=predictions["task"].to_numpy())
+    scores = task_scores(per_row)
+    order = [t for t in TASKS if t in scores["per_task"]]
+    without_trec = per_row[per_row.index != "trec"]
+    rest = task_scores(without_trec) if len(without_trec) else {"average": None, "average_ci": None}
+    return {**scores, "per_task": {t: scores["per_task"][t] for t in order},
+            "per_task_ci": {t: scores["per_task_ci"][t] for t in order},
+            "average_without_trec": rest["average"], "average_without_trec_ci": rest["average_ci"]}

@@ -26,6 +26,7 @@ import pandas as pd
 
 from kvzap.assets import paul_graham_essays
 from kvzap.hub_files import dataset_files
+from kvzap.intervals import task_scores
 from kvzap.metrics import ruler_score
 
 HUB_DATASET = "simonjegou/ruler"
@@ -347,11 +348,10 @@ def load(source: str, subset: str, tokenizer, n_samples: int | None = None, seed
 
 
 def score(predictions: pd.DataFrame) -> dict:
-    """Per-task string match x100 (part for qa, all otherwise) and its mean over the tasks present."""
+    """Per-task string match x100 (part for qa, all otherwise), its mean over the tasks present, 95 % intervals."""
     per_row = [ruler_score(t, p, list(a)) for t, p, a in
                zip(predictions["task"], predictions["prediction"], predictions["answers"])]
-    per_task = pd.Series(per_row, index=predictions["task"].to_numpy()).groupby(level=0).mean() * 100
-    return {
-        "per_task": {t: round(float(per_task[t]), 2) for t in TASKS if t in per_task},
-        "average": round(float(per_task.mean()), 2),
-    }
+    scores = task_scores(pd.Series(per_row, index=predictions["task"].to_numpy()))
+    order = [t for t in TASKS if t in scores["per_task"]]
+    return {**scores, "per_task": {t: scores["per_task"][t] for t in order},
+            "per_task_ci": {t: scores["per_task_ci"][t] for t in order}}
