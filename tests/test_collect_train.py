@@ -144,3 +144,49 @@ def test_truncated_shard_named_on_resume(tmp_path):
     shard.write_bytes(shard.read_bytes()[:40])
     with pytest.raises(ValueError, match="shard-00001"):
         collect_split(model, tok, _prompts(4), tmp_path, SETTINGS, 10, 15, 1, RECORD)
+
+
+def test_ridge_on_chosen_pairs_equals_scikit_learn_on_those_rows(tmp_path):
+    from sklearn.linear_model import Ridge
+
+    x, y = _synthetic_split(tmp_path / "train")
+    pairs = np.r_[5:150, 310:420]  # spans three shards, skips rows in each
+    model = train.fit_ridge(tmp_path / "train", alpha=1.0, device=torch.device("cpu"), pairs=pairs)
+    ref = Ridge(alpha=1.0).fit(x[pairs, 1].double().numpy(), y[pairs, 1].double().numpy())
+    np.testing.assert_allclose(model.layers[1].weight.numpy(), ref.coef_, rtol=1e-4, atol=1e-6)
+
+
+def test_mlp_keeps_its_best_validation_epoch(tmp_path, monkeypatch):
+    """Scripted validation losses: the weights returned are those after epoch 2, the lowest, not the last."""
+    _synthetic_split(tmp_path / "train")
+    losses = iter([3.0, 1.0, 2.0, 4.0])
+    monkeypatch.setattr(train, "_validation_loss", lambda *args: next(losses))
+    snapshots = []
+    save = train._save_checkpoint
+
+    def snapshot(out, run, model, *args):
+        snapshots.append({k: v.detach().clone() for k, v in model.state_dict().items()})
+        save(out, run, model, *args)
+
+    monkeypatch.setattr(train, "_save_checkpoint", snapshot)
+    model, history = train.fit_mlp(tmp_path / "train", tmp_path / "out", epochs=4, lr=5e-3, batch_size=64,
+                                   hidden_dim=8, device=torch.device("cpu"))
+    assert [h["valid_loss"] for h in history] == [3.0, 1.0, 2.0, 4.0]
+    for name, value in model.state_dict().items():
+        torch.testing.assert_close(value, snapshots[1][name])
+    assert not torch.equal(snapshots[1]["layers.0.0.weight"], snapshots[3]["layers.0.0.weight"])
+
+
+def test_all_tokens_scored(tmp_path):
+    from kvzap.collect import parse_token_count, sample_positions
+
+    assert parse_token_count("all") is None and parse_token_count("250") == 250
+    assert sample_positions(7, None, 1, 0).tolist() == list(range(7))
+    tok = tiny_tokenizer()
+    manifest = collect_split(tiny_model("llama", len(tok)), tok, _prompts(2), tmp_path, SETTINGS, None, 1000, 1,
+                             RECORD)
+    from kvzap.oracle import build_repeat_prompt
+
+    contexts = [build_repeat_prompt(tok, p.text).context for p in _prompts(2)]
+    assert manifest["n_pairs"] == sum(c.stop - c.start for c in contexts)
+    assert manifest["prompt_subsets"] == ["s", "s"]

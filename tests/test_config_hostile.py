@@ -125,6 +125,23 @@ CASES = {
         lambda c: c.update(tables={"best": {"smollm2-135m": {"method": "kvzap_mlp", "value": -4}}}), "not evaluated at"),
     "table 2 unknown model": (
         lambda c: c.update(tables={"best": {"qwen": {"method": "kvzap_mlp", "value": -6}}}), "not defined under models"),
+    "training ablation unknown model": (
+        lambda c: c.update(ablations={"training_pairs": {"models": ["qwen"], "benchmark": "ruler-512"}}),
+        "ablations.training_pairs.models[0] = 'qwen': not defined under models"),
+    "training ablation unknown benchmark": (
+        lambda c: c.update(ablations={"training_pairs": {"models": ["smollm2-135m"], "benchmark": "ruler-4k"}}),
+        "ablations.training_pairs.benchmark = 'ruler-4k': not an evaluation.benchmarks entry"),
+    "training ablation without benchmark": (
+        lambda c: c.update(ablations={"training_pairs": {"models": ["smollm2-135m"]}}),
+        "ablations.training_pairs.benchmark = None"),
+    "training ablation repeated size": (
+        lambda c: c.update(ablations={"training_pairs": {"models": ["smollm2-135m"], "benchmark": "ruler-512",
+                                                         "sizes": [100, 100]}}), "repeats a size or a source"),
+    "training ablation source payload": (
+        lambda c: c.update(ablations={"training_pairs": {"sources": ["x=$(id)"]}}), "sources.0"),
+    "training ablation ratio 1": (lambda c: c.update(ablations={"training_pairs": {"target_ratio": 1}}), "target_ratio"),
+    "training figure without ablation": (
+        lambda c: c["figures"].update(t={"kind": "training_pairs"}), "ablations.training_pairs.models is empty"),
 }
 
 

@@ -1,0 +1,95 @@
+"""The training-data ablation: pair selection by source, calibration from one recorded prefill, its table and figure."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from kvzap import aggregate, figures, training_ablation
+from kvzap.pruning import SurrogateScorerPress
+from kvzap.pruning.calibration import collect_scores
+from kvzap.shards import write_shard
+from kvzap.surrogate import Surrogate
+from tiny_models import TEXT, tiny_model, tiny_tokenizer
+
+
+def _split(folder, subsets, pairs_per_prompt=5, dim=4):
+    folder.mkdir(parents=True)
+    n = len(subsets) * pairs_per_prompt
+    prompt = torch.arange(n) // pairs_per_prompt
+    shards = [write_shard(folder / f"shard-{i:05d}.safetensors",
+                          {"h": torch.randn(len(rows), 1, dim), "y": torch.randn(len(rows), 1, 1), "prompt": prompt[rows]})
+              for i, rows in enumerate(torch.arange(n).split(7))]
+    (folder / "manifest.json").write_text(json.dumps({"shards": shards, "n_pairs": n, "prompt_subsets": subsets}))
+
+
+def test_pairs_come_first_from_the_chosen_sources(tmp_path):
+    _split(tmp_path / "train", ["code", "essays", "code", "news", "essays"])
+    assert training_ablation.pair_selection(tmp_path / "train", 8, None).tolist() == list(range(8))
+    assert training_ablation.pair_selection(tmp_path / "train", 7, ["essays"]).tolist() == [5, 6, 7, 8, 9, 20, 21]
+    assert training_ablation.pair_selection(tmp_path / "train", 12, ["code", "news"]).tolist() == [*range(5), *range(10, 17)]
+    with pytest.raises(SystemExit, match="Only 5 training pairs come from \\['news'\\]"):
+        training_ablation.pair_selection(tmp_path / "train", 6, ["news"])
+
+
+def test_sources_parse():
+    assert training_ablation.parse_sources(["all", "prose=essays,news"]) == {"all": None, "prose": ["essays", "news"]}
+
+
+@pytest.mark.parametrize("hidden", [None, 8])
+def test_one_recorded_prefill_gives_what_a_press_would_judge(hidden):
+    """Scores from the recorded attention inputs equal those a recording press collects in its own prefill."""
+    tok = tiny_tokenizer()
+    model = tiny_model("llama", len(tok))
+    torch.manual_seed(1)
+    surrogate = Surrogate(model.config.hidden_size, model.config.num_key_value_heads, model.config.num_hidden_layers,
+                          hidden).eval()
+    ids = [tok(TEXT[:n], return_tensors="pt")["input_ids"] for n in (700, 900)]
+    window = training_ablation.WINDOW
+    assert all(i.shape[1] > window for i in ids)
+    reference = collect_scores(model, ids, SurrogateScorerPress(surrogate=surrogate, check_base_model=False), window)
+    ours = training_ablation.score_samples(surrogate, training_ablation.attention_inputs(model, ids))
+    for a, b in zip(reference, ours):
+        assert a.entries_per_layer == b.entries_per_layer
+        for x, y in zip(a.layer_scores, b.layer_scores):
+            torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-5)
+
+
+RESULT = {
+    "model_id": "org/m", "target_ratio": 0.6, "n_samples": 30,
+    "full": {"average": 80.0, "average_ci": [65.0, 90.0]},
+    "rows": [{"sources": s, "n_pairs": n, "kind": k, "best_epoch": 3 if k == "mlp" else None, "r2_mean": r2,
+              "r2_mean_ci": [r2 - 0.02, r2 + 0.02], "threshold": -4.0, "calibrated_ratio": 0.6,
+              "compression_ratio": 0.59, "average": acc, "average_ci": [acc - 10, acc + 10], "per_task": {},
+              "per_task_ci": {}}
+             for s, n, k, r2, acc in [("all", 100, "linear", 0.5, 70.0), ("all", 100, "mlp", 0.4, 50.0),
+                                      ("all", 1000, "linear", 0.6, 75.0), ("all", 1000, "mlp", 0.65, 78.0)]],
+}
+
+
+def test_table_and_figure(tmp_path):
+    path = tmp_path / "training_pairs.json"
+    path.write_text(json.dumps(RESULT))
+    table = aggregate.training_pairs_table([path])
+    assert list(table["kind"]) == ["full cache", "linear", "mlp", "linear", "mlp"]
+    assert table.loc[4, "r2_ci_high"] == pytest.approx(0.67) and table.loc[0, "average_ci_low"] == 65.0
+    out = tmp_path / "fig.png"
+    figures.training_pairs({"kind": "training_pairs"}, out, [path])
+    assert out.exists() and out.with_suffix(".pdf").exists()
+
+
+def test_curves_draw_intervals():
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    cells = pd.DataFrame({"method": ["full", "knorm", "knorm"], "value": [None, 0.5, 0.75],
+                          "compression_ratio": [0.0, 0.5, 0.75], "average": [80.0, 60.0, 40.0],
+                          "ci_low:average": [70.0, 50.0, 30.0], "ci_high:average": [88.0, 69.0, 52.0]})
+    fig, ax = plt.subplots()
+    figures._curves(ax, cells, "average", None)
+    (bars,) = ax.containers
+    segments = bars.lines[2][0].get_segments()
+    assert [tuple(s[:, 1]) for s in segments] == [(50.0, 69.0), (30.0, 52.0)]
+    assert len(ax.patches) == 1  # the full cache's band
+    plt.close(fig)
