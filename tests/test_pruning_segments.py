@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 
@@ -54,8 +55,10 @@ def _per_row_reference(q, keys, values, owner, window_keys, window_values, new_m
     return out
 
 
+@pytest.mark.parametrize("fused", [False, True])
+@pytest.mark.parametrize("causal_only", [False, True])
 @pytest.mark.parametrize("budget", [1, 300, 10**9])
-def test_segment_attention_equals_a_per_row_loop(budget):
+def test_segment_attention_equals_a_per_row_loop(budget, causal_only, fused):
     gen = torch.Generator().manual_seed(0)
     batch, heads, group, new, window, dim = 2, 3, 2, 5, 9, 8
     rows, lengths = batch * heads, [0, 7, 3, 20, 1, 11]
@@ -69,10 +72,11 @@ def test_segment_attention_equals_a_per_row_loop(budget):
     q = torch.randn(rows, group * new, dim, generator=gen)
     window_keys, window_values = torch.randn(2, rows, window, dim, generator=gen)
     causal = torch.ones(new, new, dtype=torch.bool).tril().repeat(group, 1)
-    new_mask = torch.stack([causal, causal & torch.rand(group * new, new, generator=gen).gt(0.3) | torch.eye(
-        new, dtype=torch.bool).repeat(group, 1)])[:, None]  # (B, 1, Q, T), a different mask per batch row
-    got = segment_attention(q, keys, values, owner, start, capacity, window_keys, window_values, new_mask, heads,
-                            budget)
+    other = causal if causal_only else causal & torch.rand(group * new, new, generator=gen).gt(0.3) | torch.eye(
+        new, dtype=torch.bool).repeat(group, 1)
+    new_mask = torch.stack([causal, other])[:, None]  # (B, 1, Q, T), a different mask per batch row
+    got = segment_attention(q, keys, values, owner, start, capacity, torch.tensor(lengths), window_keys,
+                            window_values, new_mask, heads, budget, fused=fused)
     expected = _per_row_reference(q, keys, values, owner, window_keys, window_values, new_mask, heads)
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
 
@@ -110,10 +114,17 @@ def _largest_allocation(fn) -> int:
     return max(event.cpu_memory_usage for event in prof.events())
 
 
-def test_no_tensor_outgrows_the_kept_cache(monkeypatch):
+# torch's CPU flash kernel holds fixed-size block buffers (query block x key block scores, per thread).
+FLASH_WORKSPACE = 1 << 21
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_no_tensor_outgrows_the_kept_cache(monkeypatch, fused):
     """A 256-token forward over 4 rows pruned to about half: the old one-matmul attention allocated
-    (all queries) x (all slots) scores, 68 MB here; segment attention stays within the kept cache's size."""
+    (all queries) x (all slots) scores, 68 MB here; segment attention stays within the kept cache's size
+    (the flash path: or within the kernel's fixed workspace)."""
     monkeypatch.setattr(cache_module, "MIN_SCORE_CHUNK", 1, raising=False)  # budget from the kept keys
+    monkeypatch.setattr(cache_module, "segment_attention", functools.partial(segment_attention, fused=fused))
     gen = torch.Generator().manual_seed(3)
     heads, length, dim, group, new = 4, 2000, 16, 4, 256
     layer = PrunedLayer(*torch.randn(2, 1, heads, length, dim, generator=gen))
@@ -121,4 +132,5 @@ def test_no_tensor_outgrows_the_kept_cache(monkeypatch):
     layer.update(*torch.randn(2, 1, heads, new, dim, generator=gen))
     query = torch.randn(1, heads * group, new, dim, generator=gen)
     largest = _largest_allocation(lambda: layer.attend(query, None, dim ** -0.5))
-    assert largest <= max(query.nbytes, layer.packed_keys.nbytes + layer.packed_values.nbytes)
+    workspace = FLASH_WORKSPACE if fused else 0
+    assert largest <= max(query.nbytes, layer.packed_keys.nbytes + layer.packed_values.nbytes, workspace)

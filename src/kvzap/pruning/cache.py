@@ -240,7 +240,7 @@ class PrunedLayer(JudgedLayer):
         rows = batch * heads
         out = segment_attention(
             (q * scaling).reshape(rows, queries, dim), self.packed_keys, self.packed_values, self.owner,
-            self.start, self.capacity, self.dense_keys.reshape(rows, -1, dim),
+            self.start, self.capacity, self.length, self.dense_keys.reshape(rows, -1, dim),
             self.dense_values.reshape(rows, -1, dim), new_mask, heads, self.score_budget())
         return out.view(batch, heads, queries, dim)
 

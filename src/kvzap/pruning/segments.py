@@ -35,19 +35,23 @@ def plan_blocks(capacity: list[int], window: int, queries: int, budget: int) -> 
         r0 = r1
 
 
-def segment_attention(q, packed_keys, packed_values, owner, start, capacity, window_keys, window_values,
-                      new_mask, heads: int, budget: int) -> torch.Tensor:
+def segment_attention(q, packed_keys, packed_values, owner, start, capacity, length, window_keys, window_values,
+                      new_mask, heads: int, budget: int, fused: bool | None = None) -> torch.Tensor:
     """Exact softmax attention of each row's queries over its packed segment and its window.
 
     q (R, Q, D), already scaled, R = B * H rows, Q = G * T queries per row (a GQA group's heads together);
     packed_* (slots, D) with owner (slots,) naming each slot's row (-1: spare) and row r owning slots
-    [start[r], start[r] + capacity[r]); window_* (R, W, D); new_mask (B|1, 1, Q, T) bool over the T newest
-    window tokens, or None. Scores are float32 (as in the masking reference). Returns (R, Q, D).
+    [start[r], start[r] + capacity[r]), the first length[r] used; window_* (R, W, D); new_mask (B|1, 1, Q, T)
+    bool over the T newest window tokens, or None. Scores are float32 (as in the masking reference).
+    fused: the flash-kernel path for causal multi-token forwards (None: on CPU). Returns (R, Q, D).
     """
     rows, queries, _ = q.shape
     window = window_keys.shape[1]
-    out = torch.empty_like(q)
     starts, capacities = start.tolist(), capacity.tolist()
+    if (q.device.type == "cpu" if fused is None else fused) and _is_causal(new_mask, queries):
+        return _flash_rows(q, packed_keys, packed_values, starts, length.tolist(), window_keys, window_values,
+                           new_mask.shape[-1])
+    out = torch.empty_like(q)
     for r0, r1, q0, q1 in plan_blocks(capacities, window, queries, budget):
         first, end = starts[r0], starts[r1 - 1] + capacities[r1 - 1]
         block_q = q[r0:r1, q0:q1]  # (n, m, D)
@@ -63,4 +67,42 @@ def segment_attention(q, packed_keys, packed_values, owner, start, capacity, win
         p = torch.softmax(torch.cat([packed_scores, window_scores], -1), -1).to(q.dtype)
         slab = end - first
         out[r0:r1, q0:q1] = p[..., :slab] @ packed_values[first:end] + p[..., slab:] @ window_values[r0:r1]
+    return out
+
+
+def _is_causal(new_mask: torch.Tensor | None, queries: int) -> bool:
+    """Whether each of the G query heads' T queries sees exactly the new tokens up to itself."""
+    if new_mask is None:
+        return False  # a single new token: the row-block path serves decoding steps
+    new = new_mask.shape[-1]
+    tril = torch.ones(new, new, dtype=torch.bool, device=new_mask.device).tril()
+    return bool((new_mask.view(-1, queries // new, new, new) == tril).all())
+
+
+def _flash(q, k, v, causal: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """(1, h, m, D) attention (q pre-scaled) -> output (1, h, m, D), float32 log-sum-exp (1, h, m)."""
+    out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, causal, scale=1.0)[:2]
+    return out, lse
+
+
+def _flash_rows(q, packed_keys, packed_values, starts, lengths, window_keys, window_values, new):
+    """Row by row: flash attention over [kept slots, older window] (all visible) and over the `new` newest
+    window tokens (causal per query head), combined exactly through the two log-sum-exps."""
+    rows, queries, dim = q.shape
+    group, old = queries // new, window_keys.shape[1] - new
+    out = torch.empty_like(q)
+    for r in range(rows):
+        kept = slice(starts[r], starts[r] + lengths[r])
+        own, own_lse = _flash(q[r].view(1, group, new, dim), window_keys[r, old:].expand(1, group, new, dim),
+                              window_values[r, old:].expand(1, group, new, dim), causal=True)
+        own, own_lse = own.reshape(queries, dim), own_lse.reshape(queries, 1)
+        if lengths[r] + old == 0:
+            out[r] = own
+            continue
+        keys = torch.cat([packed_keys[kept], window_keys[r, :old]])[None, None]
+        values = torch.cat([packed_values[kept], window_values[r, :old]])[None, None]
+        past, past_lse = _flash(q[r][None, None], keys, values, causal=False)
+        past, past_lse = past[0, 0], past_lse[0, 0, :, None]
+        total = torch.logaddexp(past_lse, own_lse)
+        out[r] = (past.float() * (past_lse - total).exp() + own.float() * (own_lse - total).exp()).to(q.dtype)
     return out
