@@ -1,18 +1,28 @@
-"""A multi-token forward over a pruned cache vs over the full cache: extra peak memory and time.
+"""Attention over a pruned cache vs the full cache: a multi-token forward, and a chunked prefill.
 
 Paper geometry (32 query heads, 8 KV heads, head_dim 128, hidden 4096), random weights, `--layers` decoder
-layers. Each cell fills the cache with `--context` random keys/values, prunes all but the last `--window`
-by a per-head threshold on random scores (rows keep different counts, as with KVzap), then times a forward
-of `--queries` new tokens over it; the same forward over the unpruned dense cache (sdpa) is the baseline,
-in the same run. Peak is the memory allocated during the forward above what was held before it (CUDA
-allocator stats on GPU, the profiler's allocation events on CPU); time is the median of `--repeats`.
+layers; or `--model demo`, the offline SmolLM2-135M. Peak is the memory allocated during the measured call
+above what was held before it (CUDA allocator stats on GPU, the profiler's allocation events on CPU); time
+is the median of `--repeats`; every ratio compares runs of the same process.
+
+Query records (`--contexts`): the cache is filled with random keys/values and all but the last `--window`
+pruned by a per-head threshold on random scores (rows keep different counts, as with KVzap); a forward of
+`--queries` new tokens over it is compared with the same forward over the unpruned dense cache (sdpa).
+
+Prefill records (`--prefill-contexts`): a prompt (random ids; the demo model reads offline text) is prefilled
+under KVzapPress with a seeded random linear surrogate, τ calibrated to each `--ratios` on separate ids,
+in one forward ("whole", the baseline: dense attention, pruned after it) and in `--chunk` chunks pruned
+between them ("chunked"); "dense" is the plain full-cache prefill without a press.
 
     python benchmarks/attention.py --out results/attention.json [--contexts 4096 16384] [--ratios 0.5 0.75]
+    python benchmarks/attention.py --out results/prefill.json --contexts --prefill-contexts 16384 --chunk 2048
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import json
 import statistics
 import tempfile
@@ -23,9 +33,13 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
 
+from eviction import DEFAULT_MODEL, offline_text
 from kvzap.io import atomic_write_json
-from kvzap.pruning import PrunedLayer
+from kvzap.models import ensure_prepared, load
+from kvzap.pruning import KVzapPress, PrunedLayer, SurrogateScorerPress
 from kvzap.pruning.attention import use_kvzap_attention
+from kvzap.pruning.calibration import collect_scores, threshold_for
+from kvzap.surrogate import Surrogate
 
 # Llama-3.1-8B / Qwen3-8B attention shapes; the MLP is kept small (it is the same in both runs).
 GEOMETRY = dict(hidden_size=4096, num_attention_heads=32, num_key_value_heads=8, head_dim=128,
@@ -38,6 +52,13 @@ def build_model(layers: int, dtype: torch.dtype, device: str):
     model = LlamaForCausalLM(LlamaConfig(num_hidden_layers=layers, **GEOMETRY)).to(device, dtype)
     use_kvzap_attention(model)  # dense caches then run sdpa, pruned layers segment attention
     return model.eval().requires_grad_(False)
+
+
+def demo_model(model_json: Path, dtype: torch.dtype, device: str):
+    ensure_prepared(model_json, DEFAULT_MODEL)
+    model, tokenizer = load(model_json, dtype=str(dtype).removeprefix("torch."), device_map=device)
+    use_kvzap_attention(model)
+    return model, tokenizer
 
 
 def filled_cache(model, context: int, gen: torch.Generator) -> DynamicCache:
@@ -91,18 +112,20 @@ def peak_bytes(fn) -> int:
     return peak
 
 
-def median_ms(fn, repeats: int) -> float:
-    fn()  # warm-up
-    times = []
+def median_ms(fns: dict, repeats: int) -> dict:
+    """Median milliseconds of each fn, the fns taking turns in every repeat (so load from other processes
+    hits them alike); callers have run each once already (the peak measurement), which warms them up."""
+    times = {name: [] for name in fns}
     for _ in range(repeats):
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        fn()
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
-        times.append(1000 * (time.perf_counter() - start))
-    return statistics.median(times)
+        for name, fn in fns.items():
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+            start = time.perf_counter()
+            fn()
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+            times[name].append(1000 * (time.perf_counter() - start))
+    return {name: statistics.median(t) for name, t in times.items()}
 
 
 @torch.no_grad()
@@ -113,17 +136,67 @@ def measure(model, context: int, queries: int, ratio: float, window: int, repeat
     ids = torch.randint(0, model.config.vocab_size, (1, queries), generator=gen).to(model.device)
     caches = {"full": full, "pruned": pruned}
     peak = {name: peak_bytes(lambda: forward(model, cache, ids, context)) / 2**20 for name, cache in caches.items()}
-    ms = {name: median_ms(lambda: forward(model, cache, ids, context), repeats) for name, cache in caches.items()}
+    ms = median_ms({name: functools.partial(forward, model, cache, ids, context) for name, cache in caches.items()},
+                   repeats)
     return {"context_tokens": context, "query_tokens": queries, "target_ratio": ratio, "compression_ratio": removed,
             "peak_mb_vs_full": peak["pruned"] / peak["full"], "ms_vs_full": ms["pruned"] / ms["full"],
             "peak_mb": peak, "ms": ms, "window": window, "layers": model.config.num_hidden_layers,
             "dtype": str(model.dtype).removeprefix("torch."), "device": str(model.device)}
 
 
+def prefill(model, ids: torch.Tensor, press: KVzapPress | None):
+    """A prefill as kvpress's pipeline runs it (the decoder stack only), under `press` if given."""
+    def run():
+        with press(model) if press is not None else contextlib.nullcontext():
+            model.model(input_ids=ids, past_key_values=DynamicCache())
+    return run
+
+
+@torch.no_grad()
+def measure_prefill(model, ids: torch.Tensor, chunk: int, scorer, threshold: float, window: int,
+                    repeats: int) -> dict:
+    presses = {"dense": None, "whole": KVzapPress(scorer, threshold=threshold, window=window),
+               "chunked": KVzapPress(scorer, threshold=threshold, window=window, prefill_chunk=chunk)}
+    peak = {name: peak_bytes(prefill(model, ids, press)) / 2**20 for name, press in presses.items()}
+    ms = median_ms({name: prefill(model, ids, press) for name, press in presses.items()}, repeats)
+    return {"context_tokens": ids.shape[1], "chunk_tokens": chunk, "threshold": threshold,
+            "compression_ratio": presses["chunked"].compression_ratio,
+            "whole_compression_ratio": presses["whole"].compression_ratio,
+            "prefill_peak_mb_vs_full": peak["chunked"] / peak["whole"], "prefill_ms_vs_full": ms["chunked"] / ms["whole"],
+            "prefill_peak_mb_vs_dense": peak["chunked"] / peak["dense"], "prefill_ms_vs_dense": ms["chunked"] / ms["dense"],
+            "peak_mb": peak, "ms": ms, "window": window, "layers": model.config.num_hidden_layers,
+            "dtype": str(model.dtype).removeprefix("torch."), "device": str(model.device)}
+
+
+def prefill_records(model, prompt: torch.Tensor, calibration: torch.Tensor, args) -> list[dict]:
+    """Prefill cells for every (context, ratio), τ calibrated once per ratio on `calibration` ids."""
+    torch.manual_seed(0)
+    c = model.config
+    scorer = SurrogateScorerPress(surrogate=Surrogate(c.hidden_size, c.num_key_value_heads, c.num_hidden_layers))
+    samples = collect_scores(model, [calibration], scorer, args.window)
+    records = []
+    for ratio in args.ratios:
+        threshold = threshold_for(samples, ratio)
+        for context in args.prefill_contexts:
+            r = measure_prefill(model, prompt[:, :context], args.chunk, scorer, threshold, args.window, args.repeats)
+            records.append({**r, "target_ratio": ratio, "model": args.model, "threads": args.threads})
+            cells = ", ".join(f"{k} {r['peak_mb'][k]:.1f} / {r['ms'][k]:.0f}" for k in ("dense", "whole", "chunked"))
+            print(f"[prefill {context} in {args.chunk}-token chunks, removed {r['compression_ratio']:.3f}] "
+                  f"peak MiB / ms: {cells}", flush=True)
+    return records
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--contexts", type=int, nargs="+", default=[4096, 16384])
+    parser.add_argument("--contexts", type=int, nargs="*", default=[4096, 16384], help="query records (none: skip)")
+    parser.add_argument("--prefill-contexts", type=int, nargs="*", default=[], help="prefill records")
+    parser.add_argument("--chunk", type=int, default=2048, help="prefill chunk (tokens)")
+    parser.add_argument("--calibration-tokens", type=int, default=2048, help="ids that calibrate τ (prefill)")
+    parser.add_argument("--model", choices=["paper", "demo"], default="paper",
+                        help=f"paper geometry with random weights, or {DEFAULT_MODEL} (offline)")
+    parser.add_argument("--model-json", type=Path, default=Path(".cache/smollm2/model.json"),
+                        help="the demo model, prepared if missing")
     parser.add_argument("--queries", type=int, default=512, help="new tokens in the timed forward")
     parser.add_argument("--ratios", type=float, nargs="+", default=[0.5, 0.75])
     parser.add_argument("--window", type=int, default=128)
@@ -135,7 +208,16 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     dtype = DTYPES[args.dtype or ("bfloat16" if device == "cuda" else "float32")]
-    model = build_model(args.layers, dtype, device)
+    if args.model == "demo":
+        model, tokenizer = demo_model(args.model_json, dtype, device)
+        ids = tokenizer(offline_text(), return_tensors="pt").input_ids.to(device)
+    else:
+        model = build_model(args.layers, dtype, device)
+        length = args.calibration_tokens + max(args.prefill_contexts, default=0)
+        ids = torch.randint(0, model.config.vocab_size, (1, length), generator=torch.Generator().manual_seed(1))
+    calibration, prompt = ids[:, :args.calibration_tokens].to(device), ids[:, args.calibration_tokens:].to(device)
+    if prompt.shape[1] < max(args.prefill_contexts, default=0):
+        raise SystemExit(f"the prompt has {prompt.shape[1]} tokens, fewer than {max(args.prefill_contexts)}")
 
     records = []
     for context in args.contexts:
@@ -145,12 +227,21 @@ def main() -> None:
             cells = ", ".join(f"{k} {r['peak_mb'][k]:.1f} / {r['ms'][k]:.1f}" for k in ("full", "pruned"))
             print(f"[{context} + {args.queries} tokens, removed {r['compression_ratio']:.3f}] peak MiB / ms: {cells}",
                   flush=True)
+    if args.prefill_contexts:
+        records += prefill_records(model, prompt, calibration, args)
     atomic_write_json(args.out, records)
-    print_table(records)
+    print_table([r for r in records if "query_tokens" in r], QUERY_COLUMNS)
+    print_table([r for r in records if "chunk_tokens" in r], PREFILL_COLUMNS)
 
 
-def print_table(records: list[dict]) -> None:
-    keys = ["context_tokens", "query_tokens", "compression_ratio", "peak_mb_vs_full", "ms_vs_full"]
+QUERY_COLUMNS = ["context_tokens", "query_tokens", "compression_ratio", "peak_mb_vs_full", "ms_vs_full"]
+PREFILL_COLUMNS = ["context_tokens", "chunk_tokens", "compression_ratio", "prefill_peak_mb_vs_full",
+                   "prefill_ms_vs_full", "prefill_peak_mb_vs_dense", "prefill_ms_vs_dense"]
+
+
+def print_table(records: list[dict], keys: list[str]) -> None:
+    if not records:
+        return
     print(" | ".join(keys))
     for r in records:
         print(" | ".join(f"{r[k]:.3f}" if isinstance(r[k], float) else str(r[k]) for k in keys))

@@ -1,0 +1,27 @@
+"""benchmarks/attention.py run small on CPU: query and prefill records, same code as the measured runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_attention_script_writes_query_and_prefill_records(tmp_path):
+    out = tmp_path / "attention.json"
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1"}
+    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "attention.py"), "--contexts", "600", "--queries", "64",
+                    "--prefill-contexts", "700", "--chunk", "256", "--calibration-tokens", "400", "--ratios", "0.5",
+                    "--repeats", "1", "--out", str(out)], check=True, env=env, capture_output=True, text=True)
+    query, prefill = json.loads(out.read_text())
+    assert query["query_tokens"] == 64 and abs(query["compression_ratio"] - 0.5 * (600 - 128) / 600) < 0.02
+    assert prefill["context_tokens"] == 700 and prefill["chunk_tokens"] == 256
+    assert set(prefill["peak_mb"]) == set(prefill["ms"]) == {"dense", "whole", "chunked"}
+    # calibrated on other ids, so near the target; chunks see a pruned cache, so their scores differ a little
+    assert abs(prefill["compression_ratio"] - 0.5) < 0.15 and abs(prefill["whole_compression_ratio"] - 0.5) < 0.15
+    assert prefill["prefill_peak_mb_vs_full"] == prefill["peak_mb"]["chunked"] / prefill["peak_mb"]["whole"]
+    assert prefill["prefill_peak_mb_vs_full"] < 1  # 700 tokens of 4096-wide activations vs 256 at a time
