@@ -24,13 +24,16 @@ def _split(folder, subsets, pairs_per_prompt=5, dim=4):
     (folder / "manifest.json").write_text(json.dumps({"shards": shards, "n_pairs": n, "prompt_subsets": subsets}))
 
 
-def test_pairs_come_first_from_the_chosen_sources(tmp_path):
+def test_pairs_come_first_from_the_chosen_sources(tmp_path, capsys):
     _split(tmp_path / "train", ["code", "essays", "code", "news", "essays"])
-    assert training_ablation.pair_selection(tmp_path / "train", 8, None).tolist() == list(range(8))
-    assert training_ablation.pair_selection(tmp_path / "train", 7, ["essays"]).tolist() == [5, 6, 7, 8, 9, 20, 21]
-    assert training_ablation.pair_selection(tmp_path / "train", 12, ["code", "news"]).tolist() == [*range(5), *range(10, 17)]
-    with pytest.raises(SystemExit, match="Only 5 training pairs come from \\['news'\\]"):
-        training_ablation.pair_selection(tmp_path / "train", 6, ["news"])
+    sources = {"all": None, "prose": ["essays"], "mixed": ["code", "news"]}
+    chosen = training_ablation.selections(tmp_path / "train", sources, [7, 12])
+    assert chosen["all", 7].tolist() == list(range(7)) and chosen["all", 12].tolist() == list(range(12))
+    assert chosen["prose", 7].tolist() == [5, 6, 7, 8, 9, 20, 21]
+    assert ("prose", 12) not in chosen and "fewer than 12" in capsys.readouterr().out  # essays hold only 10
+    assert chosen["mixed", 12].tolist() == [*range(5), *range(10, 17)]
+    with pytest.raises(SystemExit, match="holds 25 pairs, not 26"):
+        training_ablation.selections(tmp_path / "train", sources, [26])
 
 
 def test_sources_parse():

@@ -36,16 +36,29 @@ from kvzap.shards import ShardRows
 WINDOW = 128  # KVzapPress's default: the protected recent tokens are never judged
 
 
-def pair_selection(folder: Path, n_pairs: int, subsets: list[str] | None) -> np.ndarray:
-    """Global indices of the first n_pairs oracle pairs whose prompt comes from `subsets` (None: any)."""
+def source_pairs(folder: Path, subsets: list[str] | None) -> np.ndarray:
+    """Global indices of the oracle pairs whose prompt comes from `subsets` (None: any), in collection order."""
     manifest = train.load_manifest(folder)
     prompt_of = ShardRows(train.shards(folder)).gather("prompt", np.arange(manifest["n_pairs"])).numpy()
     allowed = [i for i, subset in enumerate(manifest["prompt_subsets"]) if subsets is None or subset in subsets]
-    candidates = np.flatnonzero(np.isin(prompt_of, allowed))
-    if len(candidates) < n_pairs:
-        raise SystemExit(f"Only {len(candidates)} training pairs come from {subsets or 'all sources'}, not {n_pairs}: "
-                         "lower the size or collect more prompts (oracle.n_train).")
-    return candidates[:n_pairs]
+    return np.flatnonzero(np.isin(prompt_of, allowed))
+
+
+def selections(folder: Path, sources: dict[str, list[str] | None], sizes: list[int]) -> dict:
+    """{(source name, size): the first `size` pairs of that source}. All sources together must hold every size; a
+    narrower source skips the sizes it cannot fill (it is smaller, which is part of what is measured)."""
+    chosen = {}
+    for name, subsets in sources.items():
+        pairs = source_pairs(folder, subsets)
+        for size in sizes:
+            if len(pairs) >= size:
+                chosen[name, size] = pairs[:size]
+            elif subsets is None:
+                raise SystemExit(f"The oracle's training split holds {len(pairs)} pairs, not {size}: lower the size "
+                                 "or collect more prompts (oracle.n_train).")
+            else:
+                print(f"{name}: {len(pairs)} pairs from {subsets}, fewer than {size}; that size is skipped for it")
+    return chosen
 
 
 @torch.no_grad()
@@ -99,8 +112,7 @@ def parse_sources(specs: list[str]) -> dict[str, list[str] | None]:
 
 
 def run(args) -> dict:
-    selections = {(name, size): pair_selection(args.data / "train", size, subsets)  # refuse bad sizes before any work
-                  for name, subsets in parse_sources(args.sources).items() for size in args.sizes}
+    chosen = selections(args.data / "train", parse_sources(args.sources), args.sizes)  # refused before any work
     model, tokenizer = models.load(args.model, dtype=args.dtype)
     bench = benchmark_module(args.benchmark)
     rows = bench.load(args.source, args.subset, tokenizer, args.n_samples, args.seed,
@@ -110,7 +122,7 @@ def run(args) -> dict:
     records = attention_inputs(model, [tokenizer(c, return_tensors="pt")["input_ids"] for c in rows["context"]])
     full = evaluate_press(model, tokenizer, rows, bench, None)
     results = []
-    for (name, size), pairs in selections.items():
+    for (name, size), pairs in chosen.items():
         for kind in ("linear", "mlp"):
             torch.manual_seed(args.seed)
             with tempfile.TemporaryDirectory() as scratch:
