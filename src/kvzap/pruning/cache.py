@@ -17,6 +17,7 @@ import torch
 from transformers.cache_utils import CacheLayerMixin
 
 from kvzap.pruning.segments import segment_attention
+from kvzap.pruning.sliding import SlidingBuffer
 
 # Spare slots a packed row gets when it grows again (decoding): bounds reallocations and unused bytes.
 ROW_SLACK = 32
@@ -50,9 +51,23 @@ class JudgedLayer(CacheLayerMixin):
         self.is_initialized = True
         self.dtype, self.device = window_keys.dtype, window_keys.device
         self.seen = length  # tokens ever appended: the unpruned length
-        self.dense_keys, self.dense_values = window_keys, window_values  # (B, H, window or seen, D)
-        self.scores = torch.full((batch, heads, length), math.inf, device=self.device)  # (B, H, window)
+        # (B, H, window or seen, D) and (B, H, window): appended every step, consumed from the front
+        self._keys, self._values = SlidingBuffer(window_keys, -2), SlidingBuffer(window_values, -2)
+        self._scores = SlidingBuffer(torch.full((batch, heads, length), math.inf, device=self.device), -1)
         self.removed = torch.zeros(batch, heads, dtype=torch.long, device=self.device)  # (B, H)
+
+    @property
+    def dense_keys(self) -> torch.Tensor:
+        return self._keys.data
+
+    @property
+    def dense_values(self) -> torch.Tensor:
+        return self._values.data
+
+    @property
+    def scores(self) -> torch.Tensor:
+        """(B, H, window) scores of the unjudged tokens (+inf until scored)."""
+        return self._scores.data
 
     # kvpress pipeline compatibility: `layer.keys = layer.keys[:, :, :n]` crops to n tokens.
     @property
@@ -77,9 +92,8 @@ class JudgedLayer(CacheLayerMixin):
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, cache_kwargs=None):
         """Append new tokens (B, H, T, D) to the window, unscored; the attention function reads the layer itself."""
         self._append(key_states, value_states)
-        batch, heads, length, _ = key_states.shape
-        self.scores = torch.cat([self.scores, self.scores.new_full((batch, heads, length), math.inf)], dim=-1)
-        self.seen += length
+        self._scores.append(torch.full(key_states.shape[:3], math.inf, device=self.device))
+        self.seen += key_states.shape[2]
         return self, self
 
     def set_scores(self, scores: torch.Tensor) -> None:
@@ -90,7 +104,7 @@ class JudgedLayer(CacheLayerMixin):
         """Settle the n oldest window tokens: keep (B, H, n) bool says which survive."""
         self._settle(n, keep)
         self.removed += (~keep).sum(-1)
-        self.scores = self.scores[..., n:].clone()
+        self._scores.drop_front(n)
 
     def get_seq_length(self) -> int:
         return self.seen
@@ -119,7 +133,7 @@ class JudgedLayer(CacheLayerMixin):
         if n_drop > self.window_len:
             raise ValueError(f"Cannot crop {n_drop} tokens: only the {self.window_len} unjudged ones can be removed.")
         self._drop_newest(n_drop)
-        self.scores = self.scores[..., :-n_drop].clone()
+        self._scores.drop_back(n_drop)
         self.seen = max_length
 
     def attend(self, query: torch.Tensor, attention_mask: torch.Tensor | None, scaling: float) -> torch.Tensor:
@@ -136,12 +150,12 @@ class JudgedLayer(CacheLayerMixin):
         return self.dense_keys[:, :, -length:], self.dense_values[:, :, -length:]
 
     def _append(self, key_states, value_states):
-        self.dense_keys = torch.cat([self.dense_keys, key_states], dim=-2)
-        self.dense_values = torch.cat([self.dense_values, value_states], dim=-2)
+        self._keys.append(key_states)
+        self._values.append(value_states)
 
     def _drop_newest(self, n):
-        self.dense_keys = self.dense_keys[..., :-n, :].clone()
-        self.dense_values = self.dense_values[..., :-n, :].clone()
+        self._keys.drop_back(n)
+        self._values.drop_back(n)
 
     def compression(self) -> torch.Tensor:
         """Fraction removed per (batch, kv-head), over the unpruned length (kvpress DMSPress's denominator)."""
@@ -214,8 +228,8 @@ class PrunedLayer(JudgedLayer):
         rows = torch.arange(batch * heads, dtype=torch.int32, device=keep.device).view(batch, heads, 1)
         self.owner[slots] = rows.expand_as(keep)[keep]
         self.length = needed
-        self.dense_keys = self.dense_keys[:, :, n:].clone()
-        self.dense_values = self.dense_values[:, :, n:].clone()
+        self._keys.drop_front(n)
+        self._values.drop_front(n)
 
     def _repack(self, capacity: torch.Tensor) -> None:
         start = capacity.cumsum(0) - capacity
@@ -248,7 +262,7 @@ class PrunedLayer(JudgedLayer):
     def nbytes(self) -> int:
         """Bytes held: packed keys and values (with spare slots), slot owners, window, window scores."""
         packed = self.packed_keys.nbytes + self.packed_values.nbytes + self.owner.nbytes
-        return packed + self.dense_keys.nbytes + self.dense_values.nbytes + self.scores.nbytes
+        return packed + self._keys.nbytes + self._values.nbytes + self._scores.nbytes
 
 
 class MaskedLayer(JudgedLayer):
@@ -279,4 +293,4 @@ class MaskedLayer(JudgedLayer):
 
     @property
     def nbytes(self) -> int:
-        return self.dense_keys.nbytes + self.dense_values.nbytes + self.dropped.nbytes + self.scores.nbytes
+        return self._keys.nbytes + self._values.nbytes + self.dropped.nbytes + self._scores.nbytes
