@@ -212,6 +212,7 @@ class PrunedLayer(JudgedLayer):
         self.owner = torch.empty(0, dtype=torch.int32, device=keys.device)  # (slots,)
         self.start, self.capacity, self.length = (torch.zeros(n_rows, dtype=torch.long, device=keys.device)
                                                   for _ in range(3))  # (B * H,) each
+        self.starts, self.capacities = [0] * n_rows, [0] * n_rows  # start and capacity as lists, for attention
 
     def _settle(self, n, keep):
         batch, heads = keep.shape[:2]
@@ -243,6 +244,7 @@ class PrunedLayer(JudgedLayer):
         keys[new], values[new], owner[new] = self.packed_keys[old], self.packed_values[old], self.owner[old]
         self.packed_keys, self.packed_values, self.owner = keys, values, owner
         self.start, self.capacity = start, capacity
+        self.starts, self.capacities = start.tolist(), capacity.tolist()
 
     def score_budget(self) -> int:
         """Elements of one float32 score chunk: a quarter of the kept keys' elements (floor MIN_SCORE_CHUNK),
@@ -254,7 +256,7 @@ class PrunedLayer(JudgedLayer):
         rows = batch * heads
         out = segment_attention(
             (q * scaling).reshape(rows, queries, dim), self.packed_keys, self.packed_values, self.owner,
-            self.start, self.capacity, self.length, self.dense_keys.reshape(rows, -1, dim),
+            self.starts, self.capacities, self.length, self.dense_keys.reshape(rows, -1, dim),
             self.dense_values.reshape(rows, -1, dim), new_mask, heads, self.score_budget())
         return out.view(batch, heads, queries, dim)
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
-from kvpress.presses.base_press import BasePress, is_prefilling
+from kvpress.presses.base_press import BasePress
 from torch import nn
 from transformers.cache_utils import DynamicLayer
 
@@ -85,7 +85,8 @@ class WindowedPress(BasePress):
         length = hidden_states.shape[1]
         if cache is None:  # use_cache=False: nothing is kept, so nothing to prune
             return output
-        if is_prefilling(kwargs["cache_position"], length):
+        if not isinstance(cache.layers[idx], JudgedLayer) and cache.layers[idx].get_seq_length() == length:
+            # the prefill (its tokens alone in the cache), told without reading cache_position off the device
             if idx == 0:
                 self.head_ratios.clear()
             dense = cache.layers[idx]

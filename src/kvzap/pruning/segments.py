@@ -35,19 +35,19 @@ def plan_blocks(capacity: list[int], window: int, queries: int, budget: int) -> 
         r0 = r1
 
 
-def segment_attention(q, packed_keys, packed_values, owner, start, capacity, length, window_keys, window_values,
-                      new_mask, heads: int, budget: int, fused: bool | None = None) -> torch.Tensor:
+def segment_attention(q, packed_keys, packed_values, owner, starts: list[int], capacities: list[int], length,
+                      window_keys, window_values, new_mask, heads: int, budget: int,
+                      fused: bool | None = None) -> torch.Tensor:
     """Exact softmax attention of each row's queries over its packed segment and its window.
 
     q (R, Q, D), already scaled, R = B * H rows, Q = G * T queries per row (a GQA group's heads together);
     packed_* (slots, D) with owner (slots,) naming each slot's row (-1: spare) and row r owning slots
-    [start[r], start[r] + capacity[r]), the first length[r] used; window_* (R, W, D); new_mask (B|1, 1, Q, T)
+    [starts[r], starts[r] + capacities[r]) (lists: no device sync per call), the first length[r] used; window_* (R, W, D); new_mask (B|1, 1, Q, T)
     bool over the T newest window tokens, or None. Scores are float32 (as in the masking reference).
     fused: the flash-kernel path for causal multi-token forwards (None: on CPU). Returns (R, Q, D).
     """
     rows, queries, _ = q.shape
     window = window_keys.shape[1]
-    starts, capacities = start.tolist(), capacity.tolist()
     if (q.device.type == "cpu" if fused is None else fused) and _is_causal(new_mask, queries):
         return _flash_rows(q, packed_keys, packed_values, starts, length.tolist(), window_keys, window_values,
                            new_mask.shape[-1])
