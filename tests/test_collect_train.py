@@ -190,3 +190,11 @@ def test_all_tokens_scored(tmp_path):
     contexts = [build_repeat_prompt(tok, p.text).context for p in _prompts(2)]
     assert manifest["n_pairs"] == sum(c.stop - c.start for c in contexts)
     assert manifest["prompt_subsets"] == ["s", "s"]
+
+
+def test_validation_holds_out_whole_prompts():
+    prompts = np.repeat(np.arange(40), 7)  # 40 prompts of 7 pairs
+    train_index, valid_index = train._split(prompts, 0.05, seed=3)
+    assert len(set(prompts[valid_index])) == 2 and len(valid_index) == 14  # 5% of the prompts, all their pairs
+    assert not set(prompts[valid_index]) & set(prompts[train_index])
+    assert sorted([*train_index, *valid_index]) == list(range(len(prompts)))

@@ -4,13 +4,14 @@ KVzap-Linear: ridge regression (alpha 1, with intercept, as scikit-learn's Ridge
 normal equations accumulated over the shards in float64, so the data never has to fit in memory (`ridge_solve`,
 shared with the (k, v) ablation in kvzap.kv_ablation).
 KVzap-MLP: D -> D/8 -> GELU -> H per layer, all layers in one network, AdamW + cosine schedule +
-grad-norm clipping, seeded 5% validation split. Each epoch shuffles all pairs globally; minibatches are
+grad-norm clipping, a seeded 5% of the prompts held out whole for validation, and the weights of the best
+validation epoch kept (early stopping). Each epoch shuffles all pairs globally; minibatches are
 gathered from memory-mapped shards, so memory stays bounded. It checkpoints every epoch; a resume
 continues only a run with identical settings and training data (else it restarts from epoch 0), and
 equals an unbroken run. A non-finite loss, weight or ridge solution stops training with an error.
 Shard checksums are verified before fitting (kvzap.shards).
 Fit quality: squared Pearson correlation per (layer, head) on the test prompts (the paper's Table 1), its mean
-with a 95 % bootstrap interval over test prompts. The MLP returned is its best-validation epoch.
+with a 95 % bootstrap interval over test prompts.
 """
 
 from __future__ import annotations
@@ -114,11 +115,14 @@ def fit_ridge(folder: Path, alpha: float = 1.0, device: torch.device | None = No
 # ---------------------------------------------------------------- MLP
 
 
-def _split(total: int, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """(training, validation) global pair indices, ascending: a seeded random `fraction` is held out."""
-    chosen = torch.zeros(total, dtype=torch.bool)
-    chosen[torch.randperm(total, generator=torch.Generator().manual_seed(seed))[: int(round(fraction * total))]] = True
-    return (~chosen).nonzero()[:, 0].numpy(), chosen.nonzero()[:, 0].numpy()
+def _split(prompts: np.ndarray, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(training, validation) positions into `prompts` (each pair's prompt index), ascending: a seeded random
+    `fraction` of the prompts is held out whole. A prompt's pairs are correlated, so a pair-level split would let
+    the validation loss fall while the MLP memorises its training prompts, and early stopping would never act."""
+    ids = np.unique(prompts)
+    held = torch.randperm(len(ids), generator=torch.Generator().manual_seed(seed))[: max(1, round(fraction * len(ids)))]
+    chosen = np.isin(prompts, ids[held.numpy()])
+    return np.flatnonzero(~chosen), np.flatnonzero(chosen)
 
 
 def _epoch_batches(train_index: np.ndarray, batch_size: int, seed: int, epoch: int) -> list[np.ndarray]:
@@ -199,7 +203,7 @@ def fit_mlp(folder: Path, out: Path, epochs: int = 15, lr: float = 5e-3, batch_s
     dim, heads, n_layers = manifest["hidden_size"], manifest["n_kv_heads"], manifest["n_layers"]
     hidden_dim = hidden_dim or dim // 8
     run = {"kind": "mlp", "epochs": epochs, "lr": lr, "batch_size": batch_size, "hidden_dim": hidden_dim,
-           "valid_fraction": valid_fraction, "seed": seed,
+           "valid_fraction": valid_fraction, "valid_split": "prompts", "seed": seed,
            "data": {"params_hash": manifest["params_hash"], "shards": [r["sha256"] for r in rows.records],
                     **({"pairs": hashlib.sha256(pairs.tobytes()).hexdigest()} if pairs is not None else {})}}
     torch.manual_seed(seed)
@@ -211,9 +215,9 @@ def fit_mlp(folder: Path, out: Path, epochs: int = 15, lr: float = 5e-3, batch_s
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
     scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=epochs)
     start, history, best = _load_checkpoint(out, run, model, optimizer, scheduler)
-    train_index, valid_index = _split(len(rows) if pairs is None else len(pairs), valid_fraction, seed)
-    if pairs is not None:
-        train_index, valid_index = pairs[train_index], pairs[valid_index]
+    pairs = np.arange(len(rows)) if pairs is None else pairs
+    train_index, valid_index = _split(rows.gather("prompt", pairs).numpy(), valid_fraction, seed)
+    train_index, valid_index = pairs[train_index], pairs[valid_index]
 
     for epoch in range(start, epochs):
         model.train()
