@@ -75,7 +75,7 @@ def test_segment_attention_equals_a_per_row_loop(budget, causal_only, fused):
     other = causal if causal_only else causal & torch.rand(group * new, new, generator=gen).gt(0.3) | torch.eye(
         new, dtype=torch.bool).repeat(group, 1)
     new_mask = torch.stack([causal, other])[:, None]  # (B, 1, Q, T), a different mask per batch row
-    got = segment_attention(q, keys, values, owner, start.tolist(), capacity.tolist(), torch.tensor(lengths), window_keys,
+    got = segment_attention(q, keys, values, owner, start.tolist(), capacity.tolist(), lengths, window_keys,
                             window_values, new_mask, heads, budget, fused=fused)
     expected = _per_row_reference(q, keys, values, owner, window_keys, window_values, new_mask, heads)
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)

@@ -212,13 +212,15 @@ class PrunedLayer(JudgedLayer):
         self.owner = torch.empty(0, dtype=torch.int32, device=keys.device)  # (slots,)
         self.start, self.capacity, self.length = (torch.zeros(n_rows, dtype=torch.long, device=keys.device)
                                                   for _ in range(3))  # (B * H,) each
-        self.starts, self.capacities = [0] * n_rows, [0] * n_rows  # start and capacity as lists, for attention
+        # start, capacity and length as lists too, for attention (set when they change: no device read per step)
+        self.starts, self.capacities, self.lengths = [0] * n_rows, [0] * n_rows, [0] * n_rows
 
     def _settle(self, n, keep):
         batch, heads = keep.shape[:2]
         counts = keep.sum(-1).flatten()  # (B * H,)
         needed = self.length + counts
-        if bool((needed > self.capacity).any()):
+        lengths = needed.tolist()
+        if any(n > c for n, c in zip(lengths, self.capacities)):
             # Re-pack: the prefill's verdict fits exactly, later growth gets spare slots.
             self._repack(needed + (ROW_SLACK if self.owner.numel() else 0))
         # The i-th kept token of row r goes to slot start[r] + length[r] + i.
@@ -228,7 +230,7 @@ class PrunedLayer(JudgedLayer):
         self.packed_values[slots] = self.dense_values[:, :, :n][keep]
         rows = torch.arange(batch * heads, dtype=torch.int32, device=keep.device).view(batch, heads, 1)
         self.owner[slots] = rows.expand_as(keep)[keep]
-        self.length = needed
+        self.length, self.lengths = needed, lengths
         self._keys.drop_front(n)
         self._values.drop_front(n)
 
@@ -256,7 +258,7 @@ class PrunedLayer(JudgedLayer):
         rows = batch * heads
         out = segment_attention(
             (q * scaling).reshape(rows, queries, dim), self.packed_keys, self.packed_values, self.owner,
-            self.starts, self.capacities, self.length, self.dense_keys.reshape(rows, -1, dim),
+            self.starts, self.capacities, self.lengths, self.dense_keys.reshape(rows, -1, dim),
             self.dense_values.reshape(rows, -1, dim), new_mask, heads, self.score_budget())
         return out.view(batch, heads, queries, dim)
 

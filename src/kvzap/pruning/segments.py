@@ -14,19 +14,26 @@ from collections.abc import Iterator
 
 import torch
 
+# Rows share a matmul only while their block has at most this many scores: a shared block scores each row's
+# queries against every row's slots (masking the others'), wasting (n - 1) / n of its work, which pays only
+# where the per-op cost dominates (short rows, decoding); longer rows go one by one, over their own slots.
+ROW_BLOCK = 1 << 15
+
 
 def plan_blocks(capacity: list[int], window: int, queries: int, budget: int) -> Iterator[tuple[int, int, int, int]]:
     """(first row, end row, first query, end query) chunks whose score matrix has at most `budget` elements.
 
     A block of rows r0..r1 scores every query of those rows against the block's slab of slots and the
-    window: (r1 - r0) * queries * (slab + window) elements. Rows join a block while that fits; a single row
+    window: (r1 - r0) * queries * (slab + window) elements. Rows join a block while that fits in the budget
+    and in ROW_BLOCK; a single row
     that does not fit alone is split by queries (at least one query per chunk, so a budget smaller than one
     row of scores is exceeded by that one row, never more).
     """
     r0 = 0
     while r0 < len(capacity):
         r1, slab = r0 + 1, capacity[r0]
-        while r1 < len(capacity) and (r1 + 1 - r0) * queries * (slab + capacity[r1] + window) <= budget:
+        while (r1 < len(capacity)
+               and (r1 + 1 - r0) * queries * (slab + capacity[r1] + window) <= min(budget, ROW_BLOCK)):
             slab += capacity[r1]
             r1 += 1
         step = queries if r1 - r0 > 1 else max(1, budget // max(1, slab + window))
@@ -35,29 +42,34 @@ def plan_blocks(capacity: list[int], window: int, queries: int, budget: int) -> 
         r0 = r1
 
 
-def segment_attention(q, packed_keys, packed_values, owner, starts: list[int], capacities: list[int], length,
-                      window_keys, window_values, new_mask, heads: int, budget: int,
+def segment_attention(q, packed_keys, packed_values, owner, starts: list[int], capacities: list[int],
+                      lengths: list[int], window_keys, window_values, new_mask, heads: int, budget: int,
                       fused: bool | None = None) -> torch.Tensor:
     """Exact softmax attention of each row's queries over its packed segment and its window.
 
     q (R, Q, D), already scaled, R = B * H rows, Q = G * T queries per row (a GQA group's heads together);
     packed_* (slots, D) with owner (slots,) naming each slot's row (-1: spare) and row r owning slots
-    [starts[r], starts[r] + capacities[r]) (lists: no device sync per call), the first length[r] used; window_* (R, W, D); new_mask (B|1, 1, Q, T)
-    bool over the T newest window tokens, or None. Scores are float32 (as in the masking reference).
+    [starts[r], starts[r] + capacities[r]), the first lengths[r] used (lists: no device read per call);
+    window_* (R, W, D); new_mask (B|1, 1, Q, T) bool over the T newest window tokens, or None. Scores are float32 (as in the masking reference).
     fused: the flash-kernel path for causal multi-token forwards (None: on CPU). Returns (R, Q, D).
     """
     rows, queries, _ = q.shape
     window = window_keys.shape[1]
     if (q.device.type == "cpu" if fused is None else fused) and _is_causal(new_mask, queries):
-        return _flash_rows(q, packed_keys, packed_values, starts, length.tolist(), window_keys, window_values,
+        return _flash_rows(q, packed_keys, packed_values, starts, lengths, window_keys, window_values,
                            new_mask.shape[-1])
     out = torch.empty_like(q)
     for r0, r1, q0, q1 in plan_blocks(capacities, window, queries, budget):
-        first, end = starts[r0], starts[r1 - 1] + capacities[r1 - 1]
+        first = starts[r0]
         block_q = q[r0:r1, q0:q1]  # (n, m, D)
-        packed_scores = (block_q @ packed_keys[first:end].T).float()  # (n, m, slab)
-        row_ids = torch.arange(r0, r1, device=q.device, dtype=owner.dtype)
-        packed_scores.masked_fill_(owner[None, None, first:end] != row_ids[:, None, None], -math.inf)
+        if r1 - r0 == 1:  # the row's used slots only: nothing to mask
+            end = first + lengths[r0]
+            packed_scores = (block_q @ packed_keys[first:end].T).float()  # (1, m, length)
+        else:
+            end = starts[r1 - 1] + capacities[r1 - 1]
+            packed_scores = (block_q @ packed_keys[first:end].T).float()  # (n, m, slab)
+            row_ids = torch.arange(r0, r1, device=q.device, dtype=owner.dtype)
+            packed_scores.masked_fill_(owner[None, None, first:end] != row_ids[:, None, None], -math.inf)
         window_scores = (block_q @ window_keys[r0:r1].transpose(-1, -2)).float()  # (n, m, W)
         if new_mask is not None:
             visible = new_mask[:, 0, q0:q1]  # (B|1, m, T)
