@@ -2,14 +2,17 @@
 
 Every decoding step appends a token to the window and judges the oldest one; re-allocating the window for
 each (torch.cat, then a copy of what stays) is a fixed cost per step and layer that does not depend on the
-context. Appends write into spare room instead (doubled when full), the front only moves an offset, and
-the live part is copied into a fresh buffer when the spare runs out or more than half the buffer is dead
-(so a long prefill's judged tokens are freed at once).
+context. Appends write into spare room instead (a quarter of the live size, so held bytes stay close to the
+window's), the front only moves an offset, and the live part is copied into a fresh buffer when the spare
+runs out or more than half the buffer is dead (so a long prefill's judged tokens are freed at once).
 """
 
 from __future__ import annotations
 
 import torch
+
+SLACK = 0.25  # spare room a full buffer gets, as a fraction of its live entries: one move per ~window/4 steps
+
 
 class SlidingBuffer:
     def __init__(self, data: torch.Tensor, dim: int):
@@ -26,10 +29,11 @@ class SlidingBuffer:
         return self.buffer.nbytes
 
     def append(self, new: torch.Tensor) -> None:
-        """Write `new` after the live entries, moving them to a buffer of twice the room first if full."""
+        """Write `new` after the live entries, first moving them to a buffer with SLACK spare room if full."""
         n = new.shape[self.dim]
         if self.end + n > self.buffer.shape[self.dim]:
-            self._move(2 * (self.end - self.begin + n))
+            needed = self.end - self.begin + n
+            self._move(needed + max(1, int(needed * SLACK)))
         self.buffer.narrow(self.dim, self.end, n).copy_(new)
         self.end += n
 
