@@ -198,3 +198,29 @@ def test_validation_holds_out_whole_prompts():
     assert len(set(prompts[valid_index])) == 2 and len(valid_index) == 14  # 5% of the prompts, all their pairs
     assert not set(prompts[valid_index]) & set(prompts[train_index])
     assert sorted([*train_index, *valid_index]) == list(range(len(prompts)))
+
+
+def test_ridge_solves_after_set_num_threads():
+    """torch 2.13's batched LU solve fails on CPU once torch.set_num_threads(2) has run (as any benchmark or user
+    script may do); the ridge must still solve, and equal numpy's per-layer solution. A fresh process keeps the
+    thread setting out of the other tests."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent("""
+        import numpy as np, torch
+        from kvzap.train import ridge_solve
+        torch.set_num_threads(2)
+        g = torch.Generator().manual_seed(0)
+        x = torch.randn(30, 1500, 576, generator=g, dtype=torch.float64)
+        y = torch.randn(30, 1500, 3, generator=g, dtype=torch.float64)
+        weight, bias = ridge_solve([(x, y)], 1.0, "synthetic")
+        for layer in (0, 29):
+            xc, yc = x[layer].numpy() - x[layer].numpy().mean(0), y[layer].numpy() - y[layer].numpy().mean(0)
+            ref = np.linalg.solve(xc.T @ xc + np.eye(576), xc.T @ yc)
+            assert np.allclose(weight[layer].numpy(), ref, atol=1e-10), layer
+        print("solved")
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "solved" in done.stdout, done.stderr[-2000:]

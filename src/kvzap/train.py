@@ -76,7 +76,9 @@ def ridge_solve(batches: Iterable[tuple[torch.Tensor, torch.Tensor]], alpha: flo
     xtx = sxx - n * mean_x[..., :, None] * mean_x[..., None, :]
     xty = sxy - n * mean_x[..., :, None] * mean_y[..., None, :]
     eye = torch.eye(xtx.shape[-1], dtype=torch.float64, device=xtx.device)
-    weight = torch.linalg.solve(xtx + alpha * eye, xty)  # (..., D, K)
+    # X^T X + alpha I is symmetric positive definite: Cholesky. (torch 2.13's batched LU solve also fails on CPU once
+    # torch.set_num_threads has been called: "Pivots given to lu_solve must all be greater or equal to 1".)
+    weight = torch.cholesky_solve(xty, torch.linalg.cholesky(xtx + alpha * eye))  # (..., D, K)
     bias = mean_y - (mean_x[..., None, :] @ weight)[..., 0, :]  # (..., K)
     if not (torch.isfinite(weight).all() and torch.isfinite(bias).all()):
         raise FloatingPointError(f"The ridge solution for {source} is not finite: the oracle pairs hold NaN/inf or "
