@@ -63,7 +63,8 @@ RESULT = {
     "model_id": "org/m", "target_ratio": 0.6, "n_samples": 30,
     "full": {"average": 80.0, "average_ci": [65.0, 90.0]},
     "rows": [{"sources": s, "n_pairs": n, "kind": k, "best_epoch": 3 if k == "mlp" else None, "r2_mean": r2,
-              "r2_mean_ci": [r2 - 0.02, r2 + 0.02], "threshold": -4.0, "calibrated_ratio": 0.6,
+              "r2_mean_ci": [r2 - 0.02, r2 + 0.02], "r2_benchmark": r2 - 0.2, "r2_benchmark_ci": [r2 - 0.25, r2 - 0.15],
+              "threshold": -4.0, "calibrated_ratio": 0.6,
               "compression_ratio": 0.59, "average": acc, "average_ci": [acc - 10, acc + 10], "per_task": {},
               "per_task_ci": {}}
              for s, n, k, r2, acc in [("all", 100, "linear", 0.5, 70.0), ("all", 100, "mlp", 0.4, 50.0),
@@ -77,6 +78,7 @@ def test_table_and_figure(tmp_path):
     table = aggregate.training_pairs_table([path])
     assert list(table["kind"]) == ["full cache", "linear", "mlp", "linear", "mlp"]
     assert table.loc[4, "r2_ci_high"] == pytest.approx(0.67) and table.loc[0, "average_ci_low"] == 65.0
+    assert table.loc[4, "r2_benchmark"] == pytest.approx(0.45) and table.loc[4, "r2_benchmark_ci_low"] == pytest.approx(0.4)
     out = tmp_path / "fig.png"
     figures.training_pairs({"kind": "training_pairs"}, out, [path])
     assert out.exists() and out.with_suffix(".pdf").exists()
@@ -96,3 +98,20 @@ def test_curves_draw_intervals():
     assert [tuple(s[:, 1]) for s in segments] == [(50.0, 69.0), (30.0, 52.0)]
     assert len(ax.patches) == 1  # the full cache's band
     plt.close(fig)
+
+
+def test_benchmark_pairs_are_the_oracle_of_every_context_token():
+    """Every context token of each benchmark context, with the oracle's own scores and attention inputs."""
+    from kvzap.oracle import build_repeat_prompt, oracle_scores
+
+    tok = tiny_tokenizer()
+    model = tiny_model("llama", len(tok))
+    contexts = [TEXT[:300], TEXT[400:650]]
+    h, y, index = training_ablation.benchmark_pairs(model, tok, contexts)
+    lengths = [len(build_repeat_prompt(tok, c).input_ids[0, build_repeat_prompt(tok, c).context]) for c in contexts]
+    assert index.tolist() == [0] * lengths[0] + [1] * lengths[1]
+    c = model.config
+    assert h.shape == (sum(lengths), c.num_hidden_layers, c.hidden_size)
+    assert y.shape == (sum(lengths), c.num_hidden_layers, c.num_key_value_heads)
+    second = oracle_scores(model, build_repeat_prompt(tok, contexts[1]))
+    torch.testing.assert_close(y[lengths[0]:], second.kvzip_plus_log.permute(2, 0, 1).float())

@@ -69,13 +69,17 @@ def kv_ablation_table(files: list[Path]) -> pd.DataFrame:
         result = json.loads(Path(path).read_text())
         rows += [{"model_id": result["model_id"], "input": row["input"], "r2_mean": round(row["r2_mean"], 4),
                   "r2_ci_low": round(row["r2_mean_ci"][0], 4), "r2_ci_high": round(row["r2_mean_ci"][1], 4),
+                  "r2_benchmark": round(row["r2_benchmark"], 4),
+                  "r2_benchmark_ci_low": round(row["r2_benchmark_ci"][0], 4),
+                  "r2_benchmark_ci_high": round(row["r2_benchmark_ci"][1], 4),
                   "n_train_pairs": result["n_train_pairs"], "n_test_pairs": result["n_test_pairs"]}
                  for row in result["rows"]]
     return pd.DataFrame(rows, columns=["model_id", "input", "r2_mean", "r2_ci_low", "r2_ci_high", "n_train_pairs",
                                        "n_test_pairs"])
 
 
-TRAINING_PAIRS_COLUMNS = ["model_id", "sources", "n_pairs", "kind", "r2_mean", "r2_ci_low", "r2_ci_high", "threshold",
+TRAINING_PAIRS_COLUMNS = ["model_id", "sources", "n_pairs", "kind", "r2_mean", "r2_ci_low", "r2_ci_high",
+                          "r2_benchmark", "r2_benchmark_ci_low", "r2_benchmark_ci_high", "threshold",
                           "compression_ratio", "average", "average_ci_low", "average_ci_high", "best_epoch"]
 
 
@@ -92,6 +96,9 @@ def training_pairs_table(files: list[Path]) -> pd.DataFrame:
                                          "best_epoch")},
                   "model_id": result["model_id"], "r2_mean": round(row["r2_mean"], 4),
                   "r2_ci_low": round(row["r2_mean_ci"][0], 4), "r2_ci_high": round(row["r2_mean_ci"][1], 4),
+                  "r2_benchmark": round(row["r2_benchmark"], 4),
+                  "r2_benchmark_ci_low": round(row["r2_benchmark_ci"][0], 4),
+                  "r2_benchmark_ci_high": round(row["r2_benchmark_ci"][1], 4),
                   "average_ci_low": row["average_ci"][0], "average_ci_high": row["average_ci"][1]}
                  for row in result["rows"]]
     return pd.DataFrame(rows, columns=TRAINING_PAIRS_COLUMNS)
