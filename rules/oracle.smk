@@ -12,6 +12,7 @@ rule oracle_data:
     log:
         f"{LOGS}/oracle/{{model}}.log",
     threads: model_resource("oracle", "cpus")
+    priority: 10  # the critical path: run before evaluation cells that do not wait for it
     resources:
         **slurm_placement(),
         gpu=model_resource("oracle", "gpu"),

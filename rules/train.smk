@@ -15,6 +15,7 @@ rule train_surrogate:
     log:
         f"{LOGS}/train/{{model}}-{{kind}}.log",
     threads: model_resource("train", "cpus")
+    priority: 10  # the critical path: run before evaluation cells that do not wait for it
     resources:
         **slurm_placement(),
         gpu=model_resource("train", "gpu"),
