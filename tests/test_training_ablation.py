@@ -115,3 +115,26 @@ def test_benchmark_pairs_are_the_oracle_of_every_context_token():
     assert y.shape == (sum(lengths), c.num_hidden_layers, c.num_key_value_heads)
     second = oracle_scores(model, build_repeat_prompt(tok, contexts[1]))
     torch.testing.assert_close(y[lengths[0]:], second.kvzip_plus_log.permute(2, 0, 1).float())
+
+
+def test_methods_at_one_ratio_are_spread_apart():
+    """A single-ratio run puts every method at ~0.6: each gets its own x around the mean ratio, and the axis gives
+    the true range; methods at different ratios keep their true x."""
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    one = pd.DataFrame({"method": ["full", "knorm", "kvzip", "kvzap_mlp"], "value": [None, 0.6, 0.6, -3.0],
+                        "compression_ratio": [0.0, 0.6, 0.6, 0.604], "average": [50.0, 20.0, 45.0, 60.0]})
+    fig, ax = plt.subplots()
+    figures._curves(ax, one, "average", None)
+    xs = [line.get_xdata()[0] for line in ax.lines if line.get_linestyle() != "--"]
+    centre = (0.6 + 0.6 + 0.604) / 3
+    assert xs == pytest.approx([centre - 0.01, centre, centre + 0.01])
+    assert ax.get_xlabel() == "Compression ratio 0.60-0.60 (side by side)"
+    plt.close(fig)
+    spread = one.assign(compression_ratio=[0.0, 0.25, 0.5, 0.75])
+    fig, ax = plt.subplots()
+    figures._curves(ax, spread, "average", None)
+    assert [line.get_xdata()[0] for line in ax.lines if line.get_linestyle() != "--"] == [0.25, 0.5, 0.75]
+    assert ax.get_xlabel() == "Compression ratio"
+    plt.close(fig)

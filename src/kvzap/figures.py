@@ -62,8 +62,13 @@ def _summary(cells: pd.DataFrame, metrics: list[str]) -> pd.DataFrame:
 
 def _curves(ax, cells: pd.DataFrame, metric: str, methods: list[str] | None, linestyle: str = "-", legend=True):
     """One line per method (sorted by compression ratio) with 95 % error bars; the full cache as a dashed
-    horizontal line inside its interval's band."""
+    horizontal line inside its interval's band. When every method sits at about one compression ratio (a
+    single-ratio run), methods stand side by side around that ratio, so their error bars do not hide each other."""
     low, high = ci_columns(metric)
+    shown = cells[(cells["method"] != "full") & cells["method"].isin(methods or cells["method"].unique())]
+    shown = shown[shown[metric].notna()] if metric in shown else shown.iloc[:0]
+    names = list(shown["method"].unique())
+    narrow = len(shown) > 0 and shown["compression_ratio"].max() - shown["compression_ratio"].min() < DODGE * len(names)
     for i, (method, group) in enumerate(cells.groupby("method", sort=False)):
         if methods and method not in methods or metric not in group or group[metric].isna().all():
             continue
@@ -76,11 +81,23 @@ def _curves(ax, cells: pd.DataFrame, metric: str, methods: list[str] | None, lin
         errors = None
         if low in group and group[low].notna().all():
             errors = [(group[metric] - group[low]).clip(lower=0), (group[high] - group[metric]).clip(lower=0)]
-        ax.errorbar(group["compression_ratio"], group[metric], yerr=errors, marker=MARKERS[i % len(MARKERS)], ms=4,
-                    ls=linestyle, capsize=2, elinewidth=0.8, label=registry.label(method) if legend else None,
+        x = group["compression_ratio"]
+        if narrow:
+            x = x * 0 + shown["compression_ratio"].mean() + DODGE * (names.index(method) - (len(names) - 1) / 2)
+        ax.errorbar(x, group[metric], yerr=errors, marker=MARKERS[i % len(MARKERS)],
+                    ms=4, ls=linestyle, capsize=2, elinewidth=0.8, label=registry.label(method) if legend else None,
                     **STYLE.get(method, {}))
-    ax.set_xlabel("Compression ratio")
+    if narrow:
+        centre = shown["compression_ratio"].mean()
+        ax.set_xlim(centre - DODGE * len(names), centre + DODGE * len(names))
+        ax.set_xlabel(f"Compression ratio {shown['compression_ratio'].min():.2f}-"
+                      f"{shown['compression_ratio'].max():.2f} (side by side)")
+    else:
+        ax.set_xlabel("Compression ratio")
     ax.grid(alpha=0.3)
+
+
+DODGE = 0.01  # x distance between methods when all sit at about one compression ratio
 
 
 def tradeoff(results: pd.DataFrame, spec: dict, out: Path) -> None:
