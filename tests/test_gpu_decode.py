@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from kvzap.pruning.sliding import SLACK
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -22,8 +24,10 @@ def test_gpu_decode_script_runs_small_on_cpu(tmp_path):
     # calibrated on another prompt, so near the target, not on it; masking and eviction judge alike
     assert abs(record["compression_ratio"] - 0.5) < 0.15
     assert abs(record["compression_ratio"] - record["masking_compression_ratio"]) < 1e-9
-    # eviction holds the kept entries only (plus per-row bookkeeping); masking holds everything
-    assert record["kv_bytes_vs_full"] < 1 - record["compression_ratio"] + 0.1
+    # eviction holds the kept entries only, plus per-row bookkeeping and the window's spare room (SLACK of the
+    # 128-token window: a visible share at this tiny context, negligible at real ones); masking holds everything
+    spare = SLACK * 128 / record["context_tokens"]
+    assert record["kv_bytes_vs_full"] < 1 - record["compression_ratio"] + 0.1 + spare
     assert record["kv_bytes"]["masking"] >= record["kv_bytes"]["full"]
     # eviction attends to exactly what masking leaves visible
     assert record["max_abs_logit_diff_vs_masking"] < 1e-4 and record["same_argmax_vs_masking"] == 1.0
