@@ -138,3 +138,15 @@ def test_methods_at_one_ratio_are_spread_apart():
     assert [line.get_xdata()[0] for line in ax.lines if line.get_linestyle() != "--"] == [0.25, 0.5, 0.75]
     assert ax.get_xlabel() == "Compression ratio"
     plt.close(fig)
+
+
+def test_an_interval_that_misses_its_estimate_draws_no_negative_bar():
+    """A bootstrap interval can lie beside its point estimate (the CI config's few prompts did that to R^2, and
+    matplotlib refused the figure): that side of the bar has length zero."""
+    below, above = figures._yerr([0.70, 0.5], [0.72, 0.4], [0.80, 0.6])
+    assert below.tolist() == [0.0, pytest.approx(0.1)] and above.tolist() == [pytest.approx(0.1), pytest.approx(0.1)]
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots()
+    ax.errorbar([0.7], [0.7], xerr=figures._yerr([0.7], [0.72], [0.8]), yerr=figures._yerr([0.7], [0.6], [0.69]))
+    plt.close(fig)

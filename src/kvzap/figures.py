@@ -60,6 +60,14 @@ def _summary(cells: pd.DataFrame, metrics: list[str]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _yerr(value, low, high) -> list[np.ndarray]:
+    """Error-bar lengths below and above each value. A percentile bootstrap interval need not contain its point
+    estimate (few samples, or a statistic like the mean R^2), and matplotlib refuses a negative length: that side
+    is drawn as zero."""
+    value, low, high = (np.asarray(v, dtype=float) for v in (value, low, high))
+    return [np.clip(value - low, 0, None), np.clip(high - value, 0, None)]
+
+
 def _curves(ax, cells: pd.DataFrame, metric: str, methods: list[str] | None, linestyle: str = "-", legend=True):
     """One line per method (sorted by compression ratio) with 95 % error bars; the full cache as a dashed
     horizontal line inside its interval's band. When every method sits at about one compression ratio (a
@@ -78,9 +86,7 @@ def _curves(ax, cells: pd.DataFrame, metric: str, methods: list[str] | None, lin
                 ax.axhspan(group[low].mean(), group[high].mean(), color="black", alpha=0.08, lw=0)
             continue
         group = group.sort_values("compression_ratio")
-        errors = None
-        if low in group and group[low].notna().all():
-            errors = [(group[metric] - group[low]).clip(lower=0), (group[high] - group[metric]).clip(lower=0)]
+        errors = _yerr(group[metric], group[low], group[high]) if low in group and group[low].notna().all() else None
         x = group["compression_ratio"]
         if narrow:
             x = x * 0 + shown["compression_ratio"].mean() + DODGE * (names.index(method) - (len(names) - 1) / 2)
@@ -159,7 +165,7 @@ def ratio_distribution(results: pd.DataFrame, spec: dict, out: Path, predictions
     fig, ax = plt.subplots(figsize=(2.2 * len(data) + 2, 4))
     ax.violinplot([d for d in data if len(d)], positions=[i + 1 for i, d in enumerate(data) if len(d)], showmedians=True)
     for position, mean, low, high in means:
-        ax.errorbar([position], [mean], yerr=[[mean - low], [high - mean]], color="black", marker="o", ms=3, capsize=4)
+        ax.errorbar([position], [mean], yerr=_yerr([mean], [low], [high]), color="black", marker="o", ms=3, capsize=4)
     ax.set_xticks(range(1, len(names) + 1), names)
     ax.set_ylabel("Per-prompt compression ratio")
     ax.set_title(spec.get("title", f"{registry.label(spec['method'])}, tau = {spec['value']:g}, {model}"))
@@ -185,7 +191,7 @@ def surrogate_fit(spec: dict, out: Path, surrogates: list[tuple[str, Path, Path]
         row[1].scatter(r2["mlp"].flatten(), r2["linear"].flatten(), s=6, c=torch.arange(r2["mlp"].shape[0]).repeat_interleave(r2["mlp"].shape[1]), cmap="viridis")
         row[1].plot([0, 1], [0, 1], "k--", lw=0.8)
         x, y = r2["mlp"].mean().item(), r2["linear"].mean().item()  # the means, with 95 % intervals over test prompts
-        row[1].errorbar([x], [y], xerr=[[x - x_low], [x_high - x]], yerr=[[y - y_low], [y_high - y]], color="red",
+        row[1].errorbar([x], [y], xerr=_yerr([x], [x_low], [x_high]), yerr=_yerr([y], [y_low], [y_high]), color="red",
                         marker="+", ms=10, capsize=3)
         row[1].set(title=f"per-head R^2; mean MLP {x:.3f} [{x_low:.3f}, {x_high:.3f}], "
                          f"linear {y:.3f} [{y_low:.3f}, {y_high:.3f}]", xlabel="MLP", ylabel="Linear")
@@ -212,7 +218,7 @@ def training_pairs(spec: dict, out: Path, files: list[Path]) -> None:
                          label=f"{registry.label('kvzap_' + kind)}, {sources}", **STYLE.get(f"kvzap_{kind}", {}))
             for ax, column in ((r2_ax, "r2_mean"), (r2_ax, "r2_benchmark"), (acc_ax, "average")):
                 values, (low, high) = group[column].to_numpy(), np.array(group[f"{column}_ci"].tolist()).T
-                ax.errorbar(group["n_pairs"], values, yerr=[values - low, high - values],
+                ax.errorbar(group["n_pairs"], values, yerr=_yerr(values, low, high),
                             **{**style, **({"ls": "--", "label": None, "alpha": 0.7} if column == "r2_benchmark" else {})})
         full = result["full"]
         acc_ax.axhline(full["average"], color="black", ls="--", lw=1, label="Full cache")
