@@ -211,6 +211,12 @@ def test_entry_point_writes_both_rows(tmp_path, monkeypatch):
         assert np.array(row["r2"]).shape == (2, 3) and row["r2_mean"] == pytest.approx(np.mean(row["r2"]))
     # y is linear in kv and independent of h here: the kv ridge must win by far
     assert rows["kv"]["r2_mean"] > 0.9 > 0.3 > rows["h"]["r2_mean"]
+    # and the pipeline's table reads what the entry point wrote
+    from kvzap.aggregate import kv_ablation_table
+
+    table = kv_ablation_table([tmp_path / "out" / "kv_ablation.json"])
+    assert table["input"].tolist() == ["h", "kv"] and table["n_test_pairs"].tolist() == [40, 40]
+    assert table["r2_ci_low"].tolist() == [round(rows[k]["r2_mean_ci"][0], 4) for k in ("h", "kv")]
 
 
 def test_ablation_refuses_shards_without_kv(tmp_path):

@@ -69,9 +69,6 @@ def kv_ablation_table(files: list[Path]) -> pd.DataFrame:
         result = json.loads(Path(path).read_text())
         rows += [{"model_id": result["model_id"], "input": row["input"], "r2_mean": round(row["r2_mean"], 4),
                   "r2_ci_low": round(row["r2_mean_ci"][0], 4), "r2_ci_high": round(row["r2_mean_ci"][1], 4),
-                  "r2_benchmark": round(row["r2_benchmark"], 4),
-                  "r2_benchmark_ci_low": round(row["r2_benchmark_ci"][0], 4),
-                  "r2_benchmark_ci_high": round(row["r2_benchmark_ci"][1], 4),
                   "n_train_pairs": result["n_train_pairs"], "n_test_pairs": result["n_test_pairs"]}
                  for row in result["rows"]]
     return pd.DataFrame(rows, columns=["model_id", "input", "r2_mean", "r2_ci_low", "r2_ci_high", "n_train_pairs",
