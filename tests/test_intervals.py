@@ -68,3 +68,10 @@ def test_r2_resamples_whole_prompts(monkeypatch):
         rows = torch.cat([torch.arange(p * 10, p * 10 + 10) for p in chosen])
         expected = train.squared_pearson(y_true[rows], y_pred[rows]).mean().item()
         assert statistics[0](chosen) == pytest.approx(expected, rel=1e-6)  # squared_pearson is float32
+
+
+def test_task_scores_follow_the_benchmarks_task_order():
+    per_row = pd.Series([1.0, 0.0, 1.0, 1.0], index=["b", "a", "c", "a"])
+    scores = intervals.task_scores(per_row, ("c", "a"))
+    assert list(scores["per_task"]) == list(scores["per_task_ci"]) == ["c", "a", "b"]
+    assert scores["per_task"] == {"c": 100.0, "a": 50.0, "b": 100.0}

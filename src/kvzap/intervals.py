@@ -51,12 +51,15 @@ def mean_interval(scores) -> tuple[float, float]:
     return bootstrap(lambda idx: scores[idx].mean(), len(scores))
 
 
-def task_scores(per_row: pd.Series) -> dict:
+def task_scores(per_row: pd.Series, order: list[str] | tuple[str, ...] = ()) -> dict:
     """Per-sample scores in [0, 1] indexed by task -> per-task means and their mean over tasks (x100), each with
-    its 95 % interval: {"per_task": {t: s}, "per_task_ci": {t: [lo, hi]}, "average": a, "average_ci": [lo, hi]}."""
+    its 95 % interval: {"per_task": {t: s}, "per_task_ci": {t: [lo, hi]}, "average": a, "average_ci": [lo, hi]};
+    the per-task entries follow `order` (a benchmark's task list), tasks outside it after them, sorted."""
     tasks = per_row.index.to_numpy()
     values = per_row.to_numpy(dtype=float)
     per_task = per_row.groupby(level=0).mean()
+    rank = {task: i for i, task in enumerate(order)}
+    per_task = per_task.loc[sorted(per_task.index, key=lambda task: (rank.get(task, len(rank)), task))]
     per_task_ci = {task: _percent(mean_interval(values[tasks == task])) for task in per_task.index}
     names, codes = np.unique(tasks, return_inverse=True)
 

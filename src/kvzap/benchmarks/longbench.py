@@ -159,10 +159,7 @@ def score(predictions: pd.DataFrame) -> dict:
         for t, p, a, c in zip(predictions["task"], predictions["prediction"], predictions["answers"],
                               predictions["all_classes"])
     ], index=predictions["task"].to_numpy())
-    scores = task_scores(per_row)
-    order = [t for t in TASKS if t in scores["per_task"]]
     without_trec = per_row[per_row.index != "trec"]
     rest = task_scores(without_trec) if len(without_trec) else {"average": None, "average_ci": None}
-    return {**scores, "per_task": {t: scores["per_task"][t] for t in order},
-            "per_task_ci": {t: scores["per_task_ci"][t] for t in order},
-            "average_without_trec": rest["average"], "average_without_trec_ci": rest["average_ci"]}
+    return {**task_scores(per_row, TASKS), "average_without_trec": rest["average"],
+            "average_without_trec_ci": rest["average_ci"]}

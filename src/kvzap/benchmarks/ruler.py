@@ -351,7 +351,4 @@ def score(predictions: pd.DataFrame) -> dict:
     """Per-task string match x100 (part for qa, all otherwise), its mean over the tasks present, 95 % intervals."""
     per_row = [ruler_score(t, p, list(a)) for t, p, a in
                zip(predictions["task"], predictions["prediction"], predictions["answers"])]
-    scores = task_scores(pd.Series(per_row, index=predictions["task"].to_numpy()))
-    order = [t for t in TASKS if t in scores["per_task"]]
-    return {**scores, "per_task": {t: scores["per_task"][t] for t in order},
-            "per_task_ci": {t: scores["per_task_ci"][t] for t in order}}
+    return task_scores(pd.Series(per_row, index=predictions["task"].to_numpy()), TASKS)
