@@ -2,7 +2,7 @@
 
 The same trained surrogate and threshold prune the same RULER-style samples, once with the paper's prefill (one
 forward, then pruning) and once per `--chunks` size (each chunk attends to the cache already pruned), greedy as
-in the pipeline (kvzap.evaluate.run_greedy, kvpress's protocol). Chunks must be shorter than the contexts for
+in the pipeline (kvzap.evaluate.greedy_summary, kvpress's protocol). Chunks must be shorter than the contexts for
 chunking to happen: the demo's 1k-token contexts take 256/512-token chunks.
 
     python benchmarks/chunked_accuracy.py --surrogate results/smollm2-135m/surrogates/mlp --threshold -2.6 \
@@ -18,20 +18,12 @@ import torch
 from transformers.utils import logging
 
 from kvzap.benchmarks import benchmark_module
-from kvzap.evaluate import run_greedy
+from kvzap.evaluate import greedy_summary
 from kvzap.io import atomic_write_json
 from kvzap.models import ensure_prepared, load
 from kvzap.pruning import KVzapPress, SurrogateScorerPress
 
 from eviction import DEFAULT_MODEL
-
-
-def accuracy(model, tokenizer, rows, bench, press) -> dict:
-    outputs = run_greedy(model, tokenizer, rows, press)
-    scored = bench.score(rows.drop(columns=["context"]).merge(outputs, on="sample_id"))
-    return {"average": scored["average"], "average_ci": scored["average_ci"], "per_task": scored["per_task"],
-            "compression_ratio": float(outputs["compression_ratio"].mean()),
-            "predictions": outputs["prediction"].tolist()}
 
 
 def main() -> None:
@@ -61,10 +53,10 @@ def main() -> None:
     runs = {"whole": None, **{f"chunk {n}": n for n in args.chunks}}
     records = []
     for name, chunk in runs.items():
-        result = accuracy(model, tokenizer, rows, bench, KVzapPress(scorer, threshold=args.threshold,
-                                                                   prefill_chunk=chunk))
+        outputs, result = greedy_summary(model, tokenizer, rows, bench,
+                                         KVzapPress(scorer, threshold=args.threshold, prefill_chunk=chunk))
         records.append({"prefill": name, "chunk_tokens": chunk, "threshold": args.threshold,
-                        "n_samples": len(rows), **result})
+                        "n_samples": len(rows), **result, "predictions": outputs["prediction"].tolist()})
         print(f"[{name}] average {result['average']:.1f} {result['average_ci']}, "
               f"compression {result['compression_ratio']:.3f}", flush=True)
     whole = records[0]["predictions"]

@@ -54,6 +54,15 @@ def run_greedy(model, tokenizer, rows: pd.DataFrame, press) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+def greedy_summary(model, tokenizer, rows: pd.DataFrame, bench, press) -> tuple[pd.DataFrame, dict]:
+    """Greedy answers of one press on benchmark rows, and their summary outside the pipeline's cells (ablations,
+    benchmarks): average and per-task scores with 95 % intervals, and the mean measured compression ratio."""
+    outputs = run_greedy(model, tokenizer, rows, press)
+    scored = bench.score(rows.drop(columns=["context"]).merge(outputs, on="sample_id"))
+    return outputs, {**{k: scored[k] for k in ("average", "average_ci", "per_task", "per_task_ci")},
+                     "compression_ratio": float(outputs["compression_ratio"].mean())}
+
+
 def run_sampling(model, tokenizer, rows: pd.DataFrame, press, generation: dict, seed: int) -> pd.DataFrame:
     """AIME protocol: the whole chat (problem and reasoning) is subject to eviction during decoding."""
     sampling = {k: generation[k] for k in ("do_sample", "temperature", "top_p", "top_k")}

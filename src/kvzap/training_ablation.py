@@ -27,7 +27,7 @@ from transformers import DynamicCache
 
 from kvzap import models, train
 from kvzap.benchmarks import benchmark_module
-from kvzap.evaluate import run_greedy
+from kvzap.evaluate import greedy_summary
 from kvzap.io import atomic_write_json
 from kvzap.oracle import build_repeat_prompt, oracle_scores
 from kvzap.provenance import stamp
@@ -104,14 +104,6 @@ def score_samples(surrogate, records: list[list[torch.Tensor]]) -> list[ScoreSam
     return samples
 
 
-def evaluate_press(model, tokenizer, rows, bench, press) -> dict:
-    """Accuracy (with intervals) and measured compression of one press on the benchmark rows."""
-    outputs = run_greedy(model, tokenizer, rows, press)
-    scored = bench.score(rows.drop(columns=["context"]).merge(outputs, on="sample_id"))
-    return {**{k: scored[k] for k in ("average", "average_ci", "per_task", "per_task_ci")},
-            "compression_ratio": float(outputs["compression_ratio"].mean())}
-
-
 def fit(kind: str, data: Path, pairs: np.ndarray, args, scratch: Path) -> tuple:
     """(surrogate, the epoch whose weights it keeps: None for the ridge)."""
     if kind == "linear":
@@ -136,7 +128,7 @@ def run(args) -> dict:
         rows["max_new_tokens"] = rows["max_new_tokens"].clip(upper=args.max_new_tokens)
     records = attention_inputs(model, [tokenizer(c, return_tensors="pt")["input_ids"] for c in rows["context"]])
     bench_h, bench_y, bench_context = benchmark_pairs(model, tokenizer, list(rows["context"][::4]))
-    full = evaluate_press(model, tokenizer, rows, bench, None)
+    _, full = greedy_summary(model, tokenizer, rows, bench, None)
     results = []
     for (name, size), pairs in chosen.items():
         for kind in ("linear", "mlp"):
@@ -149,7 +141,7 @@ def run(args) -> dict:
             samples = score_samples(surrogate, records)
             tau = threshold_for(samples, args.target_ratio)
             scorer = SurrogateScorerPress(surrogate=surrogate, check_base_model=False)
-            result = evaluate_press(model, tokenizer, rows, bench, KVzapPress(scorer, threshold=tau))
+            _, result = greedy_summary(model, tokenizer, rows, bench, KVzapPress(scorer, threshold=tau))
             results.append({"sources": name, "n_pairs": size, "kind": kind, "best_epoch": best_epoch,
                             "r2_mean": float(train.squared_pearson(y_true, y_pred).mean()),
                             "r2_mean_ci": list(train.r2_interval(y_true, y_pred, prompts)),
