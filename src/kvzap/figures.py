@@ -77,6 +77,7 @@ def _curves(ax, cells: pd.DataFrame, metric: str, methods: list[str] | None, lin
     shown = shown[shown[metric].notna()] if metric in shown else shown.iloc[:0]
     names = list(shown["method"].unique())
     narrow = len(shown) > 0 and shown["compression_ratio"].max() - shown["compression_ratio"].min() < DODGE * len(names)
+    centre = shown["compression_ratio"].mean()
     for i, (method, group) in enumerate(cells.groupby("method", sort=False)):
         if methods and method not in methods or metric not in group or group[metric].isna().all():
             continue
@@ -89,12 +90,11 @@ def _curves(ax, cells: pd.DataFrame, metric: str, methods: list[str] | None, lin
         errors = _yerr(group[metric], group[low], group[high]) if low in group and group[low].notna().all() else None
         x = group["compression_ratio"]
         if narrow:
-            x = x * 0 + shown["compression_ratio"].mean() + DODGE * (names.index(method) - (len(names) - 1) / 2)
+            x = np.full(len(group), centre + DODGE * (names.index(method) - (len(names) - 1) / 2))
         ax.errorbar(x, group[metric], yerr=errors, marker=MARKERS[i % len(MARKERS)],
                     ms=4, ls=linestyle, capsize=2, elinewidth=0.8, label=registry.label(method) if legend else None,
                     **STYLE.get(method, {}))
     if narrow:
-        centre = shown["compression_ratio"].mean()
         ax.set_xlim(centre - DODGE * len(names), centre + DODGE * len(names))
         ax.set_xlabel(f"Compression ratio {shown['compression_ratio'].min():.2f}-"
                       f"{shown['compression_ratio'].max():.2f} (side by side)")

@@ -33,7 +33,7 @@ from kvzap.intervals import bootstrap
 from kvzap.io import atomic_path, atomic_write_json
 from kvzap.plan import TRAINING_KEYS
 from kvzap.provenance import stamp
-from kvzap.shards import ShardRows, read_shard, shard_record
+from kvzap.shards import ShardRows, read_shard
 from kvzap.surrogate import Surrogate
 
 
@@ -92,7 +92,7 @@ def fit_ridge(folder: Path, alpha: float = 1.0, device: torch.device | None = No
     row indices) restricts the fit to those rows (a training-size ablation), else every row is used."""
     device = device or device_default()
     paths = shards(folder)
-    starts = np.cumsum([0] + [shard_record(path)["n"] for path in paths])
+    starts = ShardRows(paths).starts  # each shard's first global row
 
     def rows(shard: dict, first: int) -> dict:
         if pairs is None:
