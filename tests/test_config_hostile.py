@@ -139,6 +139,9 @@ CASES = {
                                                          "sizes": [100, 100]}}), "repeats a size or a source"),
     "training ablation source payload": (
         lambda c: c.update(ablations={"training_pairs": {"sources": ["x=$(id)"]}}), "sources.0"),
+    "training ablation unknown subset": (
+        lambda c: c.update(ablations={"training_pairs": {"sources": ["all", "prose=essay"]}}),
+        "ablations.training_pairs.sources[1] = 'prose=essay': 'essay' is not a subset of oracle.corpus"),
     "training ablation ratio 1": (lambda c: c.update(ablations={"training_pairs": {"target_ratio": 1}}), "target_ratio"),
     "training figure without ablation": (
         lambda c: c["figures"].update(t={"kind": "training_pairs"}), "ablations.training_pairs.models is empty"),

@@ -29,6 +29,7 @@ NEMOTRON_SUBSETS = (
     "Nemotron-SFT-General",
     "Nemotron-SFT-MATH",
 )
+ESSAYS = "paul-graham-essays"  # the one subset of offline/paul-graham-essays
 SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
 
@@ -53,6 +54,17 @@ def _mix_sources() -> dict:
         "python-code": (assets.python_sources, str.splitlines, "\n"),
         "science-problems": (assets.codeio_problems, str.splitlines, "\n"),
     }
+
+
+def subsets(corpus: str) -> tuple[str, ...]:
+    """The subset each of a corpus's prompts is labelled with (what a training-data ablation's sources name)."""
+    if corpus == NEMOTRON:
+        return NEMOTRON_SUBSETS
+    if corpus == "offline/mix":
+        return tuple(_mix_sources())
+    if corpus == "offline/paul-graham-essays":
+        return (ESSAYS,)
+    raise ValueError(f"Unknown corpus {corpus!r}: use {NEMOTRON!r} or one of {OFFLINE_CORPORA}.")
 
 
 def _passages(documents, split, joiner: str, count, min_tokens: int, max_tokens: int):
@@ -106,7 +118,7 @@ def select(corpus: str, tokenizer, min_tokens: int, max_tokens: int, n_test: int
     if corpus == NEMOTRON:
         sources = {s: (t for t in _hub_texts(s) if min_tokens < count(t) < max_tokens) for s in NEMOTRON_SUBSETS}
     elif corpus == "offline/paul-graham-essays":
-        sources = {"paul-graham-essays": _passages(assets.paul_graham_essays(), _sentences, " ", count, min_tokens,
+        sources = {ESSAYS: _passages(assets.paul_graham_essays(), _sentences, " ", count, min_tokens,
                                                    max_tokens)}
     elif corpus == "offline/mix":
         sources = {subset: _passages(documents(), split, joiner, count, min_tokens, max_tokens)

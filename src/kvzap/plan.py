@@ -15,7 +15,7 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from kvzap import duo_patterns, registry
+from kvzap import corpus, duo_patterns, registry
 from kvzap.assets import OFFLINE_CORPORA, OFFLINE_PACKAGES
 from kvzap.benchmarks import catalog
 
@@ -360,6 +360,12 @@ def _check_training_ablation(config: dict) -> None:
         if config["evaluation"]["benchmarks"][bench]["benchmark"] != "ruler":
             fail("ablations.training_pairs.benchmark", bench, "not a RULER entry",
                  "use a RULER entry: its accuracy is what matched compression is compared on")
+    known = corpus.subsets(config["oracle"]["corpus"])
+    for i, source in enumerate(ablation["sources"]):
+        for subset in source.partition("=")[2].split(",") if "=" in source else ():
+            if subset not in known:
+                fail(f"ablations.training_pairs.sources[{i}]", source, f"{subset!r} is not a subset of oracle.corpus",
+                     f"name subsets among {list(known)}")
     if len(set(ablation["sources"])) != len(ablation["sources"]) or len(set(ablation["sizes"])) != len(ablation["sizes"]):
         fail("ablations.training_pairs", ablation, "repeats a size or a source", "list each once")
 
