@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import math
-import random
 
 import pytest
 import torch
@@ -14,38 +13,17 @@ from transformers import DynamicCache
 from kvzap.pruning import KVzapPress, PrunedLayer
 from kvzap.pruning import cache as cache_module
 from kvzap.pruning.scorers import SurrogateScorerPress
-from kvzap.pruning.segments import plan_blocks, segment_attention
+from kvzap.pruning import segments
 from kvzap.surrogate import Surrogate
 from tiny_models import tiny_model
 
 
-@pytest.mark.parametrize("budget", [1, 50, 700, 10**9])
-@pytest.mark.parametrize("queries", [1, 4, 37])
-def test_plan_covers_each_row_and_query_once_within_budget(budget, queries):
-    rng = random.Random(budget * 100 + queries)
-    capacity, window = [rng.choice([0, 1, 5, 30, 90]) for _ in range(13)], 7
-    covered = torch.zeros(len(capacity), queries, dtype=torch.int64)
-    for r0, r1, q0, q1 in plan_blocks(capacity, window, queries, budget):
-        covered[r0:r1, q0:q1] += 1
-        elements = (r1 - r0) * (q1 - q0) * (sum(capacity[r0:r1]) + window)
-        assert elements <= budget or (r1 - r0, q1 - q0) == (1, 1)  # one query of one row is the unit
-    assert bool((covered == 1).all())
-
-
-def test_short_steps_share_blocks_and_long_forwards_split():
-    blocks = list(plan_blocks([100] * 8, 16, 4, budget=8 * 4 * (800 + 16)))
-    assert blocks == [(0, 8, 0, 4)]  # a decoding step: all rows in one matmul
-    blocks = list(plan_blocks([100] * 8, 16, 2048, budget=100_000))
-    assert {(r1 - r0) for r0, r1, _, _ in blocks} == {1} and len(blocks) == 8 * math.ceil(2048 / (100_000 // 116))
-
-
-def _per_row_reference(q, keys, values, owner, window_keys, window_values, new_mask, heads):
-    """Row by row: gather the row's kept slots by owner, append its window, plain softmax attention."""
+def _per_row_reference(q, row_keys, row_values, window_keys, window_values, new_mask, heads):
+    """Row by row: the row's kept keys followed by its window, plain softmax attention."""
     rows, queries, _ = q.shape
     out = torch.empty_like(q)
     for r in range(rows):
-        k = torch.cat([keys[owner == r], window_keys[r]])
-        v = torch.cat([values[owner == r], window_values[r]])
+        k, v = torch.cat([row_keys[r], window_keys[r]]), torch.cat([row_values[r], window_values[r]])
         scores = q[r] @ k.T
         if new_mask is not None:
             visible = new_mask[r // heads if new_mask.shape[0] > 1 else 0, 0]  # (Q, T)
@@ -55,29 +33,63 @@ def _per_row_reference(q, keys, values, owner, window_keys, window_values, new_m
     return out
 
 
-@pytest.mark.parametrize("fused", [False, True])
-@pytest.mark.parametrize("causal_only", [False, True])
+def _varlen_reference(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, *, return_aux=None, scale=None,
+                      window_size=(-1, -1), enable_gqa=False, seqused_k=None):
+    """PyTorch's `varlen_attn` (CUDA only) as documented, so its use can be checked on CPU: sequence i has
+    queries cu_seq_q[i]:cu_seq_q[i+1] and keys cu_seq_k[i]: + seqused_k[i]; window_size (-1, 0) is causal,
+    bottom-right aligned; lse (Hq, total_q). An empty key set gets the flash kernel's worst report: lse +inf,
+    output NaN."""
+    assert enable_gqa and return_aux is not None and return_aux.lse and window_size in ((-1, -1), (-1, 0))
+    assert all(t.dtype == torch.int32 for t in (cu_seq_q, cu_seq_k, seqused_k) if t is not None)
+    out, lse = torch.empty_like(query), torch.empty(query.shape[1], query.shape[0])
+    group = query.shape[1] // key.shape[1]
+    for i in range(cu_seq_q.shape[0] - 1):
+        q0, q1, k0 = int(cu_seq_q[i]), int(cu_seq_q[i + 1]), int(cu_seq_k[i])
+        k1 = k0 + int(seqused_k[i]) if seqused_k is not None else int(cu_seq_k[i + 1])
+        assert q1 - q0 <= max_q and k1 - k0 <= max_k and k1 <= int(cu_seq_k[i + 1])
+        q = query[q0:q1].transpose(0, 1)  # (Hq, m, D)
+        k, v = (t[k0:k1].transpose(0, 1).repeat_interleave(group, 0) for t in (key, value))
+        scores = q @ k.transpose(1, 2) * scale
+        if window_size == (-1, 0):
+            m, n = q.shape[1], k.shape[1]
+            scores.masked_fill_(~torch.ones(m, n, dtype=torch.bool).tril(n - m), -math.inf)
+        if k.shape[1] == 0:
+            out[q0:q1], lse[:, q0:q1] = math.nan, math.inf
+            continue
+        out[q0:q1] = (torch.softmax(scores, -1) @ v).transpose(0, 1)
+        lse[:, q0:q1] = torch.logsumexp(scores, -1)
+    return out, lse
+
+
+# (kernel, mask): the flash kernels take causal masks (or a single new token), the row loop any mask
+CASES = [("rows", "arbitrary"), ("rows", "causal"), ("rows", "single"), ("flash", "causal"),
+         ("varlen", "causal"), ("varlen", "single")]
+
+
+@pytest.mark.parametrize("kernel,mask", CASES)
 @pytest.mark.parametrize("budget", [1, 300, 10**9])
-def test_segment_attention_equals_a_per_row_loop(budget, causal_only, fused):
+def test_segment_attention_equals_a_per_row_loop(budget, kernel, mask, monkeypatch):
+    monkeypatch.setattr(segments, "varlen_attn", _varlen_reference)
     gen = torch.Generator().manual_seed(0)
-    batch, heads, group, new, window, dim = 2, 3, 2, 5, 9, 8
+    batch, heads, group, window, dim = 2, 3, 2, 9, 8
+    new = 1 if mask == "single" else 5
     rows, lengths = batch * heads, [0, 7, 3, 20, 1, 11]
-    capacity = torch.tensor([n + s for n, s in zip(lengths, [0, 2, 0, 4, 1, 3])])  # spare slots too
-    start = capacity.cumsum(0) - capacity
-    owner = torch.full((int(capacity.sum()),), -1, dtype=torch.int32)
-    for r, n in enumerate(lengths):
-        owner[int(start[r]):int(start[r]) + n] = r
-    keys, values = torch.randn(owner.shape[0], dim, generator=gen), torch.randn(owner.shape[0], dim, generator=gen)
-    keys[owner < 0] = 0  # as after a re-pack
+    capacity = [n + s for n, s in zip(lengths, [0, 2, 0, 4, 1, 3])]  # spare slots too
+    row_keys, row_values = ([torch.randn(n, dim, generator=gen) for n in lengths] for _ in range(2))
+    spare = [torch.full((c - n, dim), math.nan) for n, c in zip(lengths, capacity)]  # never read
+    keys = torch.cat([t for pair in zip(row_keys, spare) for t in pair])
+    values = torch.cat([t for pair in zip(row_values, spare) for t in pair])
+    starts = [sum(capacity[:r]) for r in range(rows)]
+    packed = segments.Packed(keys, values, starts, lengths, torch.tensor(starts + [sum(capacity)], dtype=torch.int32),
+                             torch.tensor(lengths, dtype=torch.int32))
     q = torch.randn(rows, group * new, dim, generator=gen)
     window_keys, window_values = torch.randn(2, rows, window, dim, generator=gen)
     causal = torch.ones(new, new, dtype=torch.bool).tril().repeat(group, 1)
-    other = causal if causal_only else causal & torch.rand(group * new, new, generator=gen).gt(0.3) | torch.eye(
+    other = causal if mask != "arbitrary" else causal & torch.rand(group * new, new, generator=gen).gt(0.3) | torch.eye(
         new, dtype=torch.bool).repeat(group, 1)
-    new_mask = torch.stack([causal, other])[:, None]  # (B, 1, Q, T), a different mask per batch row
-    got = segment_attention(q, keys, values, owner, start.tolist(), capacity.tolist(), lengths, window_keys,
-                            window_values, new_mask, heads, budget, fused=fused)
-    expected = _per_row_reference(q, keys, values, owner, window_keys, window_values, new_mask, heads)
+    new_mask = None if mask == "single" else torch.stack([causal, other])[:, None]  # (B, 1, Q, T), per batch row
+    got = segments.segment_attention(q, packed, window_keys, window_values, new_mask, heads, budget, kernel=kernel)
+    expected = _per_row_reference(q, row_keys, row_values, window_keys, window_values, new_mask, heads)
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
 
 
@@ -93,7 +105,7 @@ def _chunked_forward(model, press, ids, prompt_len, chunk):
 
 @pytest.mark.parametrize("budget", [1, 400, None])
 def test_multi_token_forwards_over_a_pruned_cache_equal_masking(budget, monkeypatch):
-    if budget is not None:  # force row-by-row and query chunks (None: the default budget, one block)
+    if budget is not None:  # force query chunks (None: the default budget)
         monkeypatch.setattr(PrunedLayer, "score_budget", lambda self: budget)
     torch.manual_seed(1)
     scorer = SurrogateScorerPress(surrogate=Surrogate(64, 2, 2))
@@ -118,13 +130,14 @@ def _largest_allocation(fn) -> int:
 FLASH_WORKSPACE = 1 << 21
 
 
-@pytest.mark.parametrize("fused", [False, True])
-def test_no_tensor_outgrows_the_kept_cache(monkeypatch, fused):
+@pytest.mark.parametrize("kernel", ["rows", "flash"])
+def test_no_tensor_outgrows_the_kept_cache(monkeypatch, kernel):
     """A 256-token forward over 4 rows pruned to about half: the old one-matmul attention allocated
     (all queries) x (all slots) scores, 68 MB here; segment attention stays within the kept cache's size
     (the flash path: or within the kernel's fixed workspace)."""
     monkeypatch.setattr(cache_module, "MIN_SCORE_CHUNK", 1, raising=False)  # budget from the kept keys
-    monkeypatch.setattr(cache_module, "segment_attention", functools.partial(segment_attention, fused=fused))
+    monkeypatch.setattr(cache_module, "segment_attention", functools.partial(segments.segment_attention,
+                                                                             kernel=kernel))
     gen = torch.Generator().manual_seed(3)
     heads, length, dim, group, new = 4, 2000, 16, 4, 256
     layer = PrunedLayer(*torch.randn(2, 1, heads, length, dim, generator=gen))
@@ -132,5 +145,5 @@ def test_no_tensor_outgrows_the_kept_cache(monkeypatch, fused):
     layer.update(*torch.randn(2, 1, heads, new, dim, generator=gen))
     query = torch.randn(1, heads * group, new, dim, generator=gen)
     largest = _largest_allocation(lambda: layer.attend(query, None, dim ** -0.5))
-    workspace = FLASH_WORKSPACE if fused else 0
+    workspace = FLASH_WORKSPACE if kernel == "flash" else 0
     assert largest <= max(query.nbytes, layer.packed_keys.nbytes + layer.packed_values.nbytes, workspace)

@@ -77,7 +77,7 @@ class Surrogate(nn.Module):
     def score_layer(self, layer_idx: int, hidden_states: torch.Tensor) -> torch.Tensor:
         """hidden_states: (B, T, D) attention input of one layer -> (B, H, T) predicted log scores."""
         layer = self.layers[layer_idx]
-        weight = next(layer.parameters())
+        weight = (layer if self.hidden_dim is None else layer[0]).weight  # (not parameters(): this runs per token)
         if weight.device != hidden_states.device or weight.dtype != hidden_states.dtype:
             layer.to(hidden_states.device, hidden_states.dtype)
         return layer(hidden_states).transpose(1, 2)

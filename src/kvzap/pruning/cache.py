@@ -16,7 +16,7 @@ import math
 import torch
 from transformers.cache_utils import CacheLayerMixin
 
-from kvzap.pruning.segments import segment_attention
+from kvzap.pruning.segments import Packed, segment_attention
 from kvzap.pruning.sliding import SlidingBuffer
 
 # Spare slots a packed row gets when it grows again (decoding): bounds reallocations and unused bytes.
@@ -41,7 +41,8 @@ class _Crop:
 
 
 class JudgedLayer(CacheLayerMixin):
-    """Shared bookkeeping: unpruned length, window scores (+inf = never judged), removed counts per row."""
+    """Shared bookkeeping: unpruned length, window scores (+inf = never judged); subclasses count what they
+    removed per row (`removed`)."""
 
     is_sliding = False
 
@@ -54,7 +55,6 @@ class JudgedLayer(CacheLayerMixin):
         # (B, H, window or seen, D) and (B, H, window): appended every step, consumed from the front
         self._keys, self._values = SlidingBuffer(window_keys, -2), SlidingBuffer(window_values, -2)
         self._scores = SlidingBuffer(torch.full((batch, heads, length), math.inf, device=self.device), -1)
-        self.removed = torch.zeros(batch, heads, dtype=torch.long, device=self.device)  # (B, H)
 
     @property
     def dense_keys(self) -> torch.Tensor:
@@ -98,12 +98,11 @@ class JudgedLayer(CacheLayerMixin):
 
     def set_scores(self, scores: torch.Tensor) -> None:
         """Scores (B, H, T) of the T newest tokens, so the press can judge them when they leave the window."""
-        self.scores[..., -scores.shape[-1]:] = scores.to(self.scores.dtype)
+        self._scores.newest(scores.shape[-1]).copy_(scores)
 
     def judge(self, n: int, keep: torch.Tensor) -> None:
         """Settle the n oldest window tokens: keep (B, H, n) bool says which survive."""
         self._settle(n, keep)
-        self.removed += (~keep).sum(-1)
         self._scores.drop_front(n)
 
     def get_seq_length(self) -> int:
@@ -147,7 +146,7 @@ class JudgedLayer(CacheLayerMixin):
 
     def newest(self, length: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Keys and values (B, H, length, D) of the newest tokens, for scorers that read them."""
-        return self.dense_keys[:, :, -length:], self.dense_values[:, :, -length:]
+        return self._keys.newest(length), self._values.newest(length)
 
     def _append(self, key_states, value_states):
         self._keys.append(key_states)
@@ -156,6 +155,11 @@ class JudgedLayer(CacheLayerMixin):
     def _drop_newest(self, n):
         self._keys.drop_back(n)
         self._values.drop_back(n)
+
+    @property
+    def removed(self) -> torch.Tensor:
+        """(B, H) entries removed so far: a new tensor, so it stays a snapshot."""
+        raise NotImplementedError
 
     def compression(self) -> torch.Tensor:
         """Fraction removed per (batch, kv-head), over the unpruned length (kvpress DMSPress's denominator)."""
@@ -192,6 +196,8 @@ def _new_token_mask(attention_mask, seen: int, length: int, group: int, device) 
         if not bool(attention_mask[..., : seen - length].all()):
             raise NotImplementedError(PADDING_ERROR)
         block = attention_mask[..., seen - length:]
+        if length == 1 and bool(block.all()):
+            return None  # a decoding step with an all-ones mask (generate passes one): nothing to mask
     return block.repeat(1, 1, group, 1)
 
 
@@ -199,54 +205,70 @@ class PrunedLayer(JudgedLayer):
     """Physical eviction: kept tokens of all rows share one packed buffer, the window stays dense.
 
     Row r (= b * H + h) owns the contiguous slots [start[r], start[r] + capacity[r]) of `packed_keys`, the
-    first length[r] of them used; `owner` names each slot's row (-1: spare). Attention is segment attention
-    (`kvzap.pruning.segments`): each row's queries see only its slots and window, in chunks of at most
-    `score_budget()` scores, so time and transient memory follow the kept entries.
+    first length[r] of them used, the rest spare (never read). Attention is segment attention
+    (`kvzap.pruning.segments`): each row's queries see only its used slots and its window, in chunks of at
+    most `score_budget()` scores, so time and transient memory follow the kept entries.
     """
 
     def __init__(self, keys: torch.Tensor, values: torch.Tensor):
         super().__init__(keys, values)  # the dense part is the window; _settle compacts it
         batch, heads, _, dim = keys.shape
-        n_rows = batch * heads
+        n_rows, self.removed_shape = batch * heads, (batch, heads)
         self.packed_keys, self.packed_values = keys.new_empty(0, dim), values.new_empty(0, dim)  # (slots, D)
-        self.owner = torch.empty(0, dtype=torch.int32, device=keys.device)  # (slots,)
         self.start, self.capacity, self.length = (torch.zeros(n_rows, dtype=torch.long, device=keys.device)
                                                   for _ in range(3))  # (B * H,) each
-        # start, capacity and length as lists too, for attention (set when they change: no device read per step)
+        # start and length as lists too, for attention (set when they change: no device read per step)
         self.starts, self.capacities, self.lengths = [0] * n_rows, [0] * n_rows, [0] * n_rows
 
     def _settle(self, n, keep):
+        if n == 1 and all(used < room for used, room in zip(self.lengths, self.capacities)):
+            self._settle_one(keep.reshape(-1))
+            return
         batch, heads = keep.shape[:2]
-        counts = keep.sum(-1).flatten()  # (B * H,)
-        needed = self.length + counts
+        needed = self.length + keep.sum(-1).flatten()  # (B * H,)
         lengths = needed.tolist()
         if any(n > c for n, c in zip(lengths, self.capacities)):
             # Re-pack: the prefill's verdict fits exactly, later growth gets spare slots.
-            self._repack(needed + (ROW_SLACK if self.owner.numel() else 0))
+            self._repack(needed + (ROW_SLACK if self.packed_keys.shape[0] else 0))
         # The i-th kept token of row r goes to slot start[r] + length[r] + i.
         first_free = (self.start + self.length).view(batch, heads, 1)
         slots = (first_free + keep.cumsum(-1) - 1)[keep]
         self.packed_keys[slots] = self.dense_keys[:, :, :n][keep]
         self.packed_values[slots] = self.dense_values[:, :, :n][keep]
-        rows = torch.arange(batch * heads, dtype=torch.int32, device=keep.device).view(batch, heads, 1)
-        self.owner[slots] = rows.expand_as(keep)[keep]
         self.length, self.lengths = needed, lengths
         self._keys.drop_front(n)
         self._values.drop_front(n)
 
+    def _settle_one(self, keep):
+        """A decoding step's single leaving token per row, in a few whole-tensor ops (no boolean indexing):
+        every row writes it into its first free slot, and only the kept ones count it (length); a dropped
+        one stays behind in the spare slot, which the row's next leaving token overwrites."""
+        rows = keep.shape[0]
+        slots = self.start + self.length
+        self.packed_keys.index_copy_(0, slots, self.dense_keys[:, :, 0].reshape(rows, -1))
+        self.packed_values.index_copy_(0, slots, self.dense_values[:, :, 0].reshape(rows, -1))
+        self.length = self.length + keep
+        self.lengths = self.length.tolist()
+        self._keys.drop_front(1)
+        self._values.drop_front(1)
+
     def _repack(self, capacity: torch.Tensor) -> None:
+        """Give row r `capacity[r]` slots; its used slots move to the head of its new segment, in order (a slice
+        copy per row: re-packs are rare, and whole-tensor gathers measured ten times slower at 2k tokens)."""
         start = capacity.cumsum(0) - capacity
-        old = (self.owner >= 0).nonzero().squeeze(1)  # used slots
-        rows = self.owner[old].long()
-        new = start[rows] + old - self.start[rows]  # same offset inside the row's new segment
-        # Zeros, not garbage: a spare slot gets probability 0, and 0 * NaN would still be NaN.
-        keys = self.packed_keys.new_zeros(int(capacity.sum()), self.packed_keys.shape[1])
-        values = torch.zeros_like(keys)
-        owner = torch.full((keys.shape[0],), -1, dtype=torch.int32, device=keys.device)
-        keys[new], values[new], owner[new] = self.packed_keys[old], self.packed_values[old], self.owner[old]
-        self.packed_keys, self.packed_values, self.owner = keys, values, owner
+        starts = start.tolist()
+        keys = self.packed_keys.new_empty(int(capacity.sum()), self.packed_keys.shape[1])
+        values = torch.empty_like(keys)
+        for new, old, n in zip(starts, self.starts, self.lengths):
+            keys[new:new + n], values[new:new + n] = self.packed_keys[old:old + n], self.packed_values[old:old + n]
+        self.packed_keys, self.packed_values = keys, values
         self.start, self.capacity = start, capacity
-        self.starts, self.capacities = start.tolist(), capacity.tolist()
+        self.starts, self.capacities = starts, capacity.tolist()
+
+    @property
+    def removed(self) -> torch.Tensor:
+        judged = self.seen - self.window_len  # the same for every row
+        return judged - self.length.view(self.removed_shape)
 
     def score_budget(self) -> int:
         """Elements of one float32 score chunk: a quarter of the kept keys' elements (floor MIN_SCORE_CHUNK),
@@ -256,16 +278,20 @@ class PrunedLayer(JudgedLayer):
     def _attend(self, q, new_mask, scaling):
         batch, heads, queries, dim = q.shape
         rows = batch * heads
-        out = segment_attention(
-            (q * scaling).reshape(rows, queries, dim), self.packed_keys, self.packed_values, self.owner,
-            self.starts, self.capacities, self.lengths, self.dense_keys.reshape(rows, -1, dim),
-            self.dense_values.reshape(rows, -1, dim), new_mask, heads, self.score_budget())
+        bounds = used = None
+        if q.is_cuda:  # the varlen kernel reads the segments from the device
+            bounds = torch.nn.functional.pad(self.capacity.cumsum(0), (1, 0)).int()
+            used = self.length.int()
+        packed = Packed(self.packed_keys, self.packed_values, self.starts, self.lengths, bounds, used)
+        out = segment_attention((q * scaling).reshape(rows, queries, dim), packed,
+                                self.dense_keys.reshape(rows, -1, dim), self.dense_values.reshape(rows, -1, dim),
+                                new_mask, heads, self.score_budget())
         return out.view(batch, heads, queries, dim)
 
     @property
     def nbytes(self) -> int:
-        """Bytes held: packed keys and values (with spare slots), slot owners, window, window scores."""
-        packed = self.packed_keys.nbytes + self.packed_values.nbytes + self.owner.nbytes
+        """Bytes held: packed keys and values (with spare slots), window, window scores."""
+        packed = self.packed_keys.nbytes + self.packed_values.nbytes
         return packed + self._keys.nbytes + self._values.nbytes + self._scores.nbytes
 
 
@@ -287,6 +313,10 @@ class MaskedLayer(JudgedLayer):
     def _settle(self, n, keep):
         start = self.seen - self.window_len
         self.dropped[..., start:start + n] = ~keep
+
+    @property
+    def removed(self) -> torch.Tensor:
+        return self.dropped.sum(-1)
 
     def _attend(self, q, new_mask, scaling):
         scores = (q @ self.dense_keys.transpose(-1, -2)).float() * scaling  # (B, H, G*T, seen)

@@ -47,7 +47,7 @@ class WindowedPress(BasePress):
     evict: bool = True
     check_base_model: bool = field(default=True, kw_only=True)
     prefill_chunk: int | None = field(default=None, kw_only=True)
-    head_ratios: dict[int, torch.Tensor] = field(default_factory=dict, init=False, repr=False)
+    removed_counts: dict[int, tuple[torch.Tensor, int]] = field(default_factory=dict, init=False, repr=False)
     _judging_chunks: bool = field(default=False, init=False, repr=False)
 
     def __post_init__(self):
@@ -88,7 +88,7 @@ class WindowedPress(BasePress):
         if not isinstance(cache.layers[idx], JudgedLayer) and cache.layers[idx].get_seq_length() == length:
             # the prefill (its tokens alone in the cache), told without reading cache_position off the device
             if idx == 0:
-                self.head_ratios.clear()
+                self.removed_counts.clear()
             dense = cache.layers[idx]
             if type(dense) is not DynamicLayer:
                 raise TypeError(f"{type(self).__name__} prunes a DynamicCache with full-attention layers, "
@@ -103,7 +103,8 @@ class WindowedPress(BasePress):
         n_leaving = layer.window_len - self.window
         if n_leaving > 0:
             layer.judge(n_leaving, self.select(layer.scores[..., :n_leaving]))
-        self.head_ratios[idx] = layer.compression()  # (B, H)
+        # (B, H) entries removed and the unpruned length, divided only when a ratio is read
+        self.removed_counts[idx] = layer.removed, layer.seen
         return output
 
     @property
@@ -131,6 +132,7 @@ class WindowedPress(BasePress):
         return self._table().mean((0, 2))
 
     def _table(self) -> torch.Tensor:
-        if not self.head_ratios:
+        if not self.removed_counts:
             raise RuntimeError("Run a forward pass under the press before reading its compression ratio.")
-        return torch.stack([self.head_ratios[i].cpu() for i in sorted(self.head_ratios)])  # (layers, B, H)
+        return torch.stack([(removed.double() / seen).cpu()  # (layers, B, H); as JudgedLayer.compression
+                            for removed, seen in (self.removed_counts[i] for i in sorted(self.removed_counts))])

@@ -1,94 +1,130 @@
 """Segment ("varlen") attention over a packed cache: each (batch, kv-head) row is its own key sequence.
 
-A row's GQA query heads score only its own slots plus its dense window, so the work and the transient
-memory follow what is kept rather than (all queries) x (all rows' slots). Rows are contiguous segments of
-the packed buffer, so a block of consecutive rows is one slice (no copy): decoding steps run many rows per
-matmul (other rows' slots masked, cheap for few queries), long forwards go row by row and, where one
-row's scores would still exceed the budget, a chunk of queries at a time.
+Row r's keys are its used slots `keys[starts[r] : starts[r] + lengths[r]]` followed by its dense window; its
+G * T queries (a GQA group's heads over the T new tokens) see only those, so work and transient memory follow
+the kept cache. Three implementations, each exact against the masking reference:
+- `_varlen` (CUDA, half precision): two calls of PyTorch's flash varlen kernel for all rows at once, one over
+  the kept slots (`seqused_k` skips the spare ones) and one over the windows, merged through their
+  log-sum-exps: a fixed number of kernels per layer, whatever the number of rows.
+- `_flash_rows` (CPU, causal multi-token forwards): row by row with the CPU flash kernel.
+- `_rows` (everything else): row by row, a chunk of queries at a time so that no score matrix exceeds the
+  budget. A block of rows sharing one matmul (other rows' slots masked) was measured no faster even when
+  decoding short rows on CPU, so rows never share one.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from typing import NamedTuple
 
 import torch
 
-# Rows share a matmul only while their block has at most this many scores: a shared block scores each row's
-# queries against every row's slots (masking the others'), wasting (n - 1) / n of its work, which pays only
-# where the per-op cost dominates (short rows, decoding); longer rows go one by one, over their own slots.
-ROW_BLOCK = 1 << 15
+try:  # PyTorch's flash varlen attention (CUDA only, float16/bfloat16)
+    from torch.nn.attention.varlen import AuxRequest, varlen_attn
+except ImportError:  # an older torch: the row paths serve CUDA too
+    varlen_attn = None
+
+VARLEN_DTYPES = (torch.float16, torch.bfloat16)
 
 
-def plan_blocks(capacity: list[int], window: int, queries: int, budget: int) -> Iterator[tuple[int, int, int, int]]:
-    """(first row, end row, first query, end query) chunks whose score matrix has at most `budget` elements.
+class Packed(NamedTuple):
+    """Kept keys and values (slots, D) of all rows. Row r owns slots [starts[r], starts[r + 1]) and uses the
+    first lengths[r]. `starts` and `lengths` are host lists (slicing reads nothing from the device); `bounds`
+    (R + 1,) and `used` (R,) say the same on the device, as int32, for the varlen kernel (None on CPU)."""
 
-    A block of rows r0..r1 scores every query of those rows against the block's slab of slots and the
-    window: (r1 - r0) * queries * (slab + window) elements. Rows join a block while that fits in the budget
-    and in ROW_BLOCK; a single row
-    that does not fit alone is split by queries (at least one query per chunk, so a budget smaller than one
-    row of scores is exceeded by that one row, never more).
+    keys: torch.Tensor
+    values: torch.Tensor
+    starts: list[int]
+    lengths: list[int]
+    bounds: torch.Tensor | None
+    used: torch.Tensor | None
+
+
+def segment_attention(q, packed: Packed, window_keys, window_values, new_mask, heads: int, budget: int,
+                      kernel: str | None = None) -> torch.Tensor:
+    """Exact softmax attention of each row's queries over its used slots and its window.
+
+    q (R, Q, D), already scaled, R = B * H rows, Q = G * T queries per row (G heads of T tokens, head-major);
+    window_* (R, W, D); new_mask (B|1, 1, Q, T) bool over the T newest window tokens, or None (all visible).
+    Scores are float32, as in the masking reference. kernel: "varlen", "flash" or "rows" (None: the fastest
+    that applies). Returns (R, Q, D).
     """
-    r0 = 0
-    while r0 < len(capacity):
-        r1, slab = r0 + 1, capacity[r0]
-        while (r1 < len(capacity)
-               and (r1 + 1 - r0) * queries * (slab + capacity[r1] + window) <= min(budget, ROW_BLOCK)):
-            slab += capacity[r1]
-            r1 += 1
-        step = queries if r1 - r0 > 1 else max(1, budget // max(1, slab + window))
-        for q0 in range(0, queries, step):
-            yield r0, r1, q0, min(q0 + step, queries)
-        r0 = r1
+    kernel = kernel or _default_kernel(q, new_mask)
+    if kernel == "varlen":
+        return _varlen(q, packed, window_keys, window_values, new_mask)
+    if kernel == "flash":
+        return _flash_rows(q, packed, window_keys, window_values, new_mask.shape[-1])
+    return _rows(q, packed, window_keys, window_values, new_mask, heads, budget)
 
 
-def segment_attention(q, packed_keys, packed_values, owner, starts: list[int], capacities: list[int],
-                      lengths: list[int], window_keys, window_values, new_mask, heads: int, budget: int,
-                      fused: bool | None = None) -> torch.Tensor:
-    """Exact softmax attention of each row's queries over its packed segment and its window.
+def _default_kernel(q, new_mask) -> str:
+    causal_or_single = new_mask is None or _is_causal(new_mask, q.shape[1])
+    if q.is_cuda and q.dtype in VARLEN_DTYPES and varlen_attn is not None and causal_or_single:
+        return "varlen"
+    if q.device.type == "cpu" and new_mask is not None and causal_or_single:
+        return "flash"
+    return "rows"
 
-    q (R, Q, D), already scaled, R = B * H rows, Q = G * T queries per row (a GQA group's heads together);
-    packed_* (slots, D) with owner (slots,) naming each slot's row (-1: spare) and row r owning slots
-    [starts[r], starts[r] + capacities[r]), the first lengths[r] used (lists: no device read per call);
-    window_* (R, W, D); new_mask (B|1, 1, Q, T) bool over the T newest window tokens, or None. Scores are float32 (as in the masking reference).
-    fused: the flash-kernel path for causal multi-token forwards (None: on CPU). Returns (R, Q, D).
-    """
+
+def _rows(q, packed: Packed, window_keys, window_values, new_mask, heads, budget):
     rows, queries, _ = q.shape
     window = window_keys.shape[1]
-    if (q.device.type == "cpu" if fused is None else fused) and _is_causal(new_mask, queries):
-        return _flash_rows(q, packed_keys, packed_values, starts, lengths, window_keys, window_values,
-                           new_mask.shape[-1])
     out = torch.empty_like(q)
-    for r0, r1, q0, q1 in plan_blocks(capacities, window, queries, budget):
-        first = starts[r0]
-        block_q = q[r0:r1, q0:q1]  # (n, m, D)
-        if r1 - r0 == 1:  # the row's used slots only: nothing to mask
-            end = first + lengths[r0]
-            packed_scores = (block_q @ packed_keys[first:end].T).float()  # (1, m, length)
-        else:
-            end = starts[r1 - 1] + capacities[r1 - 1]
-            packed_scores = (block_q @ packed_keys[first:end].T).float()  # (n, m, slab)
-            row_ids = torch.arange(r0, r1, device=q.device, dtype=owner.dtype)
-            packed_scores.masked_fill_(owner[None, None, first:end] != row_ids[:, None, None], -math.inf)
-        window_scores = (block_q @ window_keys[r0:r1].transpose(-1, -2)).float()  # (n, m, W)
-        if new_mask is not None:
-            visible = new_mask[:, 0, q0:q1]  # (B|1, m, T)
-            if visible.shape[0] > 1:
-                visible = visible[torch.arange(r0, r1, device=q.device) // heads]
-            window_scores[..., window - visible.shape[-1]:].masked_fill_(~visible, -math.inf)
-        p = torch.softmax(torch.cat([packed_scores, window_scores], -1), -1).to(q.dtype)
-        slab = end - first
-        out[r0:r1, q0:q1] = p[..., :slab] @ packed_values[first:end] + p[..., slab:] @ window_values[r0:r1]
+    for r in range(rows):
+        n = packed.lengths[r]
+        used = slice(packed.starts[r], packed.starts[r] + n)
+        keys, values = packed.keys[used], packed.values[used]
+        visible = None if new_mask is None else new_mask[r // heads if new_mask.shape[0] > 1 else 0, 0]  # (Q, T)
+        step = max(1, budget // (n + window))  # at least one query: a single row of scores may exceed the budget
+        for q0 in range(0, queries, step):
+            block = q[r, q0:q0 + step]  # (m, D)
+            scores = torch.cat([block @ keys.T, block @ window_keys[r].T], -1).float()  # (m, n + W)
+            if visible is not None:
+                scores[:, n + window - visible.shape[-1]:].masked_fill_(~visible[q0:q0 + step], -math.inf)
+            p = torch.softmax(scores, -1).to(q.dtype)
+            out[r, q0:q0 + step] = torch.addmm(p[:, n:] @ window_values[r], p[:, :n], values)
     return out
 
 
-def _is_causal(new_mask: torch.Tensor | None, queries: int) -> bool:
+def _is_causal(new_mask: torch.Tensor, queries: int) -> bool:
     """Whether each of the G query heads' T queries sees exactly the new tokens up to itself."""
-    if new_mask is None:
-        return False  # a single new token: the row-block path serves decoding steps
     new = new_mask.shape[-1]
     tril = torch.ones(new, new, dtype=torch.bool, device=new_mask.device).tril()
     return bool((new_mask.view(-1, queries // new, new, new) == tril).all())
+
+
+def _merge(a, lse_a, b, lse_b):
+    """Attention outputs over two disjoint key sets -> the output over their union (lse: float32, broadcastable
+    to the outputs without their last dim; -inf = no key)."""
+    total = torch.logaddexp(lse_a, lse_b)
+    return (a.float() * (lse_a - total).exp()[..., None] + b.float() * (lse_b - total).exp()[..., None]).to(a.dtype)
+
+
+def _varlen(q, packed: Packed, window_keys, window_values, new_mask):
+    """Every row is a sequence of T tokens with G query heads and one kv head: one kernel over the kept slots
+    (bounds = the rows' segments, used = their used lengths), one over the windows (causal for new tokens,
+    bottom-right aligned as in flash attention), merged exactly."""
+    rows, queries, dim = q.shape
+    window = window_keys.shape[1]
+    new = 1 if new_mask is None else new_mask.shape[-1]
+    group = queries // new
+    tokens = q.view(rows, group, new, dim).transpose(1, 2).reshape(rows * new, group, dim)  # (R*T, G, D)
+    q_bounds = torch.arange(0, (rows + 1) * new, new, dtype=torch.int32, device=q.device)
+    aux = AuxRequest(lse=True)
+    capacity = max(b - a for a, b in zip(packed.starts, packed.starts[1:] + [packed.keys.shape[0]]))
+    kept, kept_lse = varlen_attn(tokens, packed.keys[:, None], packed.values[:, None], q_bounds, packed.bounds,
+                                 new, capacity, return_aux=aux, scale=1.0, enable_gqa=True, seqused_k=packed.used)
+    w_bounds = torch.arange(0, (rows + 1) * window, window, dtype=torch.int32, device=q.device)
+    own, own_lse = varlen_attn(tokens, window_keys.reshape(-1, 1, dim), window_values.reshape(-1, 1, dim),
+                               q_bounds, w_bounds, new, window, return_aux=aux, scale=1.0, enable_gqa=True,
+                               window_size=(-1, -1) if new_mask is None else (-1, 0))
+    # A row without used slots had no keys in the first call, whatever the kernel reported for it (its lse
+    # may be +inf or -inf, its output 0 or NaN): it gets the window's output alone.
+    empty = (packed.used == 0).repeat_interleave(new)  # (R*T,)
+    kept = kept.masked_fill(empty[:, None, None], 0)
+    kept_lse = kept_lse.float().masked_fill(empty[None], -math.inf)  # (G, R*T)
+    out = _merge(kept, kept_lse.T, own, own_lse.float().T)  # (R*T, G, D)
+    return out.view(rows, new, group, dim).transpose(1, 2).reshape(rows, queries, dim)
 
 
 def _flash(q, k, v, causal: bool) -> tuple[torch.Tensor, torch.Tensor]:
@@ -97,24 +133,22 @@ def _flash(q, k, v, causal: bool) -> tuple[torch.Tensor, torch.Tensor]:
     return out, lse
 
 
-def _flash_rows(q, packed_keys, packed_values, starts, lengths, window_keys, window_values, new):
+def _flash_rows(q, packed: Packed, window_keys, window_values, new):
     """Row by row: flash attention over [kept slots, older window] (all visible) and over the `new` newest
-    window tokens (causal per query head), combined exactly through the two log-sum-exps."""
+    window tokens (causal per query head), merged exactly."""
     rows, queries, dim = q.shape
     group, old = queries // new, window_keys.shape[1] - new
     out = torch.empty_like(q)
     for r in range(rows):
-        kept = slice(starts[r], starts[r] + lengths[r])
+        kept = slice(packed.starts[r], packed.starts[r] + packed.lengths[r])
         own, own_lse = _flash(q[r].view(1, group, new, dim), window_keys[r, old:].expand(1, group, new, dim),
                               window_values[r, old:].expand(1, group, new, dim), causal=True)
-        own, own_lse = own.reshape(queries, dim), own_lse.reshape(queries, 1)
-        if lengths[r] + old == 0:
+        own, own_lse = own.reshape(queries, dim), own_lse.reshape(queries)
+        if packed.lengths[r] + old == 0:
             out[r] = own
             continue
-        keys = torch.cat([packed_keys[kept], window_keys[r, :old]])[None, None]
-        values = torch.cat([packed_values[kept], window_values[r, :old]])[None, None]
+        keys = torch.cat([packed.keys[kept], window_keys[r, :old]])[None, None]
+        values = torch.cat([packed.values[kept], window_values[r, :old]])[None, None]
         past, past_lse = _flash(q[r][None, None], keys, values, causal=False)
-        past, past_lse = past[0, 0], past_lse[0, 0, :, None]
-        total = torch.logaddexp(past_lse, own_lse)
-        out[r] = (past.float() * (past_lse - total).exp() + own.float() * (own_lse - total).exp()).to(q.dtype)
+        out[r] = _merge(past[0, 0], past_lse[0, 0], own, own_lse)
     return out

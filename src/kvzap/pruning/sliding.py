@@ -28,6 +28,10 @@ class SlidingBuffer:
     def nbytes(self) -> int:
         return self.buffer.nbytes
 
+    def newest(self, n: int) -> torch.Tensor:
+        """The n newest live entries (one view op: this runs per token and layer)."""
+        return self.buffer.narrow(self.dim, self.end - n, n)
+
     def append(self, new: torch.Tensor) -> None:
         """Write `new` after the live entries, first moving them to a buffer with SLACK spare room if full."""
         n = new.shape[self.dim]
