@@ -6,6 +6,8 @@ kvpress's DMSPress (masks what it removes) and KVzapPress (evicts it), both with
 128-token window: prefill, then `--decode-steps` greedy steps. Per method: prefill peak memory, KV bytes held at
 the end, median ms per decoded token, fraction removed. Masking and eviction decode the full cache's greedy tokens
 (teacher forcing), so their next-token logits can be compared: eviction must give masking's up to rounding.
+On the eviction run's first layer, every segment-attention kernel that applies (on a GPU in bf16: the varlen flash
+kernel) is compared with the float32 row loop, for one and for 64 new tokens.
 Thresholds come from a seeded random linear surrogate calibrated on a separate random prompt: this measures memory
 and speed, not answer quality. One model copy; methods run one after another on it.
 
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import statistics
 import time
 from pathlib import Path
@@ -29,6 +32,7 @@ from transformers import DynamicCache, Qwen3Config, Qwen3ForCausalLM
 from kvzap.io import atomic_write_json
 from kvzap.pruning import KVzapPress, SurrogateScorerPress
 from kvzap.pruning.calibration import collect_scores, threshold_for
+from kvzap.pruning.segments import applicable_kernels, segment_attention
 from kvzap.surrogate import Surrogate
 
 QWEN3_8B = dict(num_hidden_layers=36, hidden_size=4096, num_attention_heads=32, num_key_value_heads=8, head_dim=128,
@@ -79,10 +83,34 @@ def run_method(model, press, ids: torch.Tensor, steps: int, forced: list[int] | 
             logits = model(token, past_key_values=cache, logits_to_keep=1).logits
             sync(device)
             times.append(time.perf_counter() - start)
+    group = model.config.num_attention_heads // model.config.num_key_value_heads
+    kernels = ({f"{t}_tokens": kernel_agreement(cache.layers[0], t, group) for t in (1, 64)}
+               if isinstance(press, KVzapPress) else None)
     return {"kv_bytes": cache_bytes(cache) + mask_index_bytes(model), "prefill_s": prefill_s,
             "prefill_peak_bytes": prefill_peak, "decode_ms": 1000 * statistics.median(times[2:] or times),
             "ratio": press.compression_ratio if press is not None else 0.0, "tokens": tokens,
-            "logits": torch.stack(step_logits)}
+            "logits": torch.stack(step_logits), "segment_kernels": kernels}
+
+
+def kernel_agreement(layer, tokens: int, group: int, kernels: list[str] | None = None) -> dict:
+    """Each segment-attention kernel that applies here (or `kernels`) against the float32 row loop, on a packed
+    layer of the run with random queries for its `tokens` newest window tokens (causal when more than one).
+    On a GPU in bfloat16 this is the check of the varlen flash kernel's use; the output's magnitude is given
+    as the scale for the differences."""
+    packed = layer.packed()
+    rows, dim = packed.length.shape[0], packed.keys.shape[1]
+    window_keys, window_values = (t.flatten(0, 1) for t in (layer.dense_keys, layer.dense_values))  # (R, W, D)
+    gen = torch.Generator().manual_seed(tokens)
+    q = (torch.randn(rows, group * tokens, dim, generator=gen) * dim ** -0.5).to(packed.keys)  # pre-scaled
+    mask = None if tokens == 1 else torch.ones(tokens, tokens, dtype=torch.bool, device=q.device).tril().repeat(
+        group, 1)[None, None]
+    attend = functools.partial(segment_attention, new_mask=mask, heads=layer.removed_shape[1],
+                               budget=layer.score_budget())
+    reference = attend(q.float(), packed._replace(keys=packed.keys.float(), values=packed.values.float()),
+                       window_keys.float(), window_values.float(), kernel="rows")
+    diffs = {kernel: (attend(q, packed, window_keys, window_values, kernel=kernel).float() - reference).abs().max().item()
+             for kernel in kernels or applicable_kernels(q, mask)}
+    return {"max_abs_diff_vs_float32_rows": diffs, "output_max_abs": reference.abs().max().item()}
 
 
 def agreement(a: dict, b: dict) -> dict:
@@ -130,6 +158,7 @@ def main() -> None:
             eviction = run_method(model, KVzapPress(scorer, threshold=tau, window=args.window, decoding=True),
                                   ids[:, :n], args.decode_steps, full["tokens"])
             report(f"eviction {ratio}", n, eviction)
+            print(f"[{n} tokens] segment attention kernels vs float32 rows: {eviction['segment_kernels']}", flush=True)
             runs = {"full": full, "masking": masking, "eviction": eviction}
             records.append({
                 "context_tokens": n, "target_ratio": ratio, "threshold": tau, "compression_ratio": eviction["ratio"],
@@ -140,7 +169,7 @@ def main() -> None:
                 **{f"{key}_vs_masking": value for key, value in agreement(eviction, masking).items()},
                 **{key: {name: run[key] for name, run in runs.items()}
                    for key in ("kv_bytes", "decode_ms", "prefill_s", "prefill_peak_bytes")},
-                "decode_steps": args.decode_steps, "window": args.window, "layers": geometry["num_hidden_layers"],
+                "segment_kernels": eviction["segment_kernels"], "decode_steps": args.decode_steps, "window": args.window, "layers": geometry["num_hidden_layers"],
                 "dtype": str(dtype).removeprefix("torch."), "device": torch.cuda.get_device_name()
                 if args.device.startswith("cuda") else "cpu",
             })

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import torch
+
+from kvzap.pruning import PrunedLayer, segments
 from kvzap.pruning.sliding import SLACK
+from varlen_reference import varlen_reference
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -31,6 +36,29 @@ def test_gpu_decode_script_runs_small_on_cpu(tmp_path):
     assert record["kv_bytes"]["masking"] >= record["kv_bytes"]["full"]
     # eviction attends to exactly what masking leaves visible
     assert record["max_abs_logit_diff_vs_masking"] < 1e-4 and record["same_argmax_vs_masking"] == 1.0
+    # on CPU the row loop serves a decoding step, the flash kernel (or the loop) a 64-token forward
+    kernels = record["segment_kernels"]
+    assert set(kernels["1_tokens"]["max_abs_diff_vs_float32_rows"]) == {"rows"}
+    assert set(kernels["64_tokens"]["max_abs_diff_vs_float32_rows"]) == {"flash", "rows"}
+    assert all(diff < 1e-5 for check in kernels.values() for diff in check["max_abs_diff_vs_float32_rows"].values())
+
+
+def test_kernel_check_catches_a_wrong_kernel_and_passes_the_varlen_one(monkeypatch):
+    """The GPU script's check of the varlen kernel, run on CPU against varlen_attn's documented semantics; an
+    attention that ignores the causal mask is caught."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import gpu_decode
+
+    gen = torch.Generator().manual_seed(0)
+    layer = PrunedLayer(*torch.randn(2, 1, 2, 400, 16, generator=gen))
+    layer.judge(400 - 128, torch.rand(1, 2, 400 - 128, generator=gen) < 0.5)
+    monkeypatch.setattr(segments, "varlen_attn", varlen_reference)
+    for tokens, kernels in ((1, ["varlen", "rows"]), (64, ["varlen", "flash", "rows"])):
+        check = gpu_decode.kernel_agreement(layer, tokens, group=4, kernels=kernels)
+        assert max(check["max_abs_diff_vs_float32_rows"].values()) < 1e-5 and check["output_max_abs"] > 0.1
+    monkeypatch.setattr(segments, "varlen_attn", functools.partial(varlen_reference, causal_as_full=True))
+    check = gpu_decode.kernel_agreement(layer, 64, group=4, kernels=["varlen"])
+    assert check["max_abs_diff_vs_float32_rows"]["varlen"] > 0.05
 
 
 def test_dtype_agreement_script_runs_small_on_cpu(tmp_path):

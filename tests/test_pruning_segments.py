@@ -16,6 +16,7 @@ from kvzap.pruning.scorers import SurrogateScorerPress
 from kvzap.pruning import segments
 from kvzap.surrogate import Surrogate
 from tiny_models import tiny_model
+from varlen_reference import varlen_reference
 
 
 def _per_row_reference(q, row_keys, row_values, window_keys, window_values, new_mask, heads):
@@ -33,34 +34,6 @@ def _per_row_reference(q, row_keys, row_values, window_keys, window_values, new_
     return out
 
 
-def _varlen_reference(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, *, return_aux=None, scale=None,
-                      window_size=(-1, -1), enable_gqa=False, seqused_k=None):
-    """PyTorch's `varlen_attn` (CUDA only) as documented, so its use can be checked on CPU: sequence i has
-    queries cu_seq_q[i]:cu_seq_q[i+1] and keys cu_seq_k[i]: + seqused_k[i]; window_size (-1, 0) is causal,
-    bottom-right aligned; lse (Hq, total_q). An empty key set gets the flash kernel's worst report: lse +inf,
-    output NaN."""
-    assert enable_gqa and return_aux is not None and return_aux.lse and window_size in ((-1, -1), (-1, 0))
-    assert all(t.dtype == torch.int32 for t in (cu_seq_q, cu_seq_k, seqused_k) if t is not None)
-    out, lse = torch.empty_like(query), torch.empty(query.shape[1], query.shape[0])
-    group = query.shape[1] // key.shape[1]
-    for i in range(cu_seq_q.shape[0] - 1):
-        q0, q1, k0 = int(cu_seq_q[i]), int(cu_seq_q[i + 1]), int(cu_seq_k[i])
-        k1 = k0 + int(seqused_k[i]) if seqused_k is not None else int(cu_seq_k[i + 1])
-        assert q1 - q0 <= max_q and k1 - k0 <= max_k and k1 <= int(cu_seq_k[i + 1])
-        q = query[q0:q1].transpose(0, 1)  # (Hq, m, D)
-        k, v = (t[k0:k1].transpose(0, 1).repeat_interleave(group, 0) for t in (key, value))
-        scores = q @ k.transpose(1, 2) * scale
-        if window_size == (-1, 0):
-            m, n = q.shape[1], k.shape[1]
-            scores.masked_fill_(~torch.ones(m, n, dtype=torch.bool).tril(n - m), -math.inf)
-        if k.shape[1] == 0:
-            out[q0:q1], lse[:, q0:q1] = math.nan, math.inf
-            continue
-        out[q0:q1] = (torch.softmax(scores, -1) @ v).transpose(0, 1)
-        lse[:, q0:q1] = torch.logsumexp(scores, -1)
-    return out, lse
-
-
 # (kernel, mask): the flash kernels take causal masks (or a single new token), the row loop any mask
 CASES = [("rows", "arbitrary"), ("rows", "causal"), ("rows", "single"), ("flash", "causal"),
          ("varlen", "causal"), ("varlen", "single")]
@@ -69,7 +42,7 @@ CASES = [("rows", "arbitrary"), ("rows", "causal"), ("rows", "single"), ("flash"
 @pytest.mark.parametrize("kernel,mask", CASES)
 @pytest.mark.parametrize("budget", [1, 300, 10**9])
 def test_segment_attention_equals_a_per_row_loop(budget, kernel, mask, monkeypatch):
-    monkeypatch.setattr(segments, "varlen_attn", _varlen_reference)
+    monkeypatch.setattr(segments, "varlen_attn", varlen_reference)
     gen = torch.Generator().manual_seed(0)
     batch, heads, group, window, dim = 2, 3, 2, 9, 8
     new = 1 if mask == "single" else 5
@@ -80,8 +53,7 @@ def test_segment_attention_equals_a_per_row_loop(budget, kernel, mask, monkeypat
     keys = torch.cat([t for pair in zip(row_keys, spare) for t in pair])
     values = torch.cat([t for pair in zip(row_values, spare) for t in pair])
     starts = [sum(capacity[:r]) for r in range(rows)]
-    packed = segments.Packed(keys, values, starts, lengths, torch.tensor(starts + [sum(capacity)], dtype=torch.int32),
-                             torch.tensor(lengths, dtype=torch.int32))
+    packed = segments.Packed(keys, values, starts, lengths, torch.tensor(capacity), torch.tensor(lengths))
     q = torch.randn(rows, group * new, dim, generator=gen)
     window_keys, window_values = torch.randn(2, rows, window, dim, generator=gen)
     causal = torch.ones(new, new, dtype=torch.bool).tril().repeat(group, 1)

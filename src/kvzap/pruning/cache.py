@@ -275,15 +275,13 @@ class PrunedLayer(JudgedLayer):
         so the chunk and the softmax's few same-sized temporaries stay about the size of the kept cache."""
         return max(self.packed_keys.numel() // 4, MIN_SCORE_CHUNK)
 
+    def packed(self) -> Packed:
+        return Packed(self.packed_keys, self.packed_values, self.starts, self.lengths, self.capacity, self.length)
+
     def _attend(self, q, new_mask, scaling):
         batch, heads, queries, dim = q.shape
         rows = batch * heads
-        bounds = used = None
-        if q.is_cuda:  # the varlen kernel reads the segments from the device
-            bounds = torch.nn.functional.pad(self.capacity.cumsum(0), (1, 0)).int()
-            used = self.length.int()
-        packed = Packed(self.packed_keys, self.packed_values, self.starts, self.lengths, bounds, used)
-        out = segment_attention((q * scaling).reshape(rows, queries, dim), packed,
+        out = segment_attention((q * scaling).reshape(rows, queries, dim), self.packed(),
                                 self.dense_keys.reshape(rows, -1, dim), self.dense_values.reshape(rows, -1, dim),
                                 new_mask, heads, self.score_budget())
         return out.view(batch, heads, queries, dim)

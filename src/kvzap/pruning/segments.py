@@ -28,16 +28,16 @@ VARLEN_DTYPES = (torch.float16, torch.bfloat16)
 
 
 class Packed(NamedTuple):
-    """Kept keys and values (slots, D) of all rows. Row r owns slots [starts[r], starts[r + 1]) and uses the
-    first lengths[r]. `starts` and `lengths` are host lists (slicing reads nothing from the device); `bounds`
-    (R + 1,) and `used` (R,) say the same on the device, as int32, for the varlen kernel (None on CPU)."""
+    """Kept keys and values (slots, D) of all rows. Row r owns `capacity[r]` slots from starts[r] on and uses
+    the first lengths[r]. `starts` and `lengths` are host lists (slicing reads nothing from the device);
+    `capacity` and `length` (R,) are the device's copies, which the varlen kernel reads."""
 
     keys: torch.Tensor
     values: torch.Tensor
     starts: list[int]
     lengths: list[int]
-    bounds: torch.Tensor | None
-    used: torch.Tensor | None
+    capacity: torch.Tensor
+    length: torch.Tensor
 
 
 def segment_attention(q, packed: Packed, window_keys, window_values, new_mask, heads: int, budget: int,
@@ -49,7 +49,7 @@ def segment_attention(q, packed: Packed, window_keys, window_values, new_mask, h
     Scores are float32, as in the masking reference. kernel: "varlen", "flash" or "rows" (None: the fastest
     that applies). Returns (R, Q, D).
     """
-    kernel = kernel or _default_kernel(q, new_mask)
+    kernel = kernel or applicable_kernels(q, new_mask)[0]
     if kernel == "varlen":
         return _varlen(q, packed, window_keys, window_values, new_mask)
     if kernel == "flash":
@@ -57,13 +57,15 @@ def segment_attention(q, packed: Packed, window_keys, window_values, new_mask, h
     return _rows(q, packed, window_keys, window_values, new_mask, heads, budget)
 
 
-def _default_kernel(q, new_mask) -> str:
+def applicable_kernels(q, new_mask) -> list[str]:
+    """The kernels that can serve these queries and this mask, fastest first."""
     causal_or_single = new_mask is None or _is_causal(new_mask, q.shape[1])
+    found = []
     if q.is_cuda and q.dtype in VARLEN_DTYPES and varlen_attn is not None and causal_or_single:
-        return "varlen"
+        found.append("varlen")
     if q.device.type == "cpu" and new_mask is not None and causal_or_single:
-        return "flash"
-    return "rows"
+        found.append("flash")  # for one new token, the row loop is faster (no copy of the kept keys)
+    return found + ["rows"]
 
 
 def _rows(q, packed: Packed, window_keys, window_values, new_mask, heads, budget):
@@ -102,8 +104,8 @@ def _merge(a, lse_a, b, lse_b):
 
 def _varlen(q, packed: Packed, window_keys, window_values, new_mask):
     """Every row is a sequence of T tokens with G query heads and one kv head: one kernel over the kept slots
-    (bounds = the rows' segments, used = their used lengths), one over the windows (causal for new tokens,
-    bottom-right aligned as in flash attention), merged exactly."""
+    (the rows' segments, of which `seqused_k` reads the used part), one over the windows (causal for new
+    tokens, bottom-right aligned as in flash attention), merged exactly."""
     rows, queries, dim = q.shape
     window = window_keys.shape[1]
     new = 1 if new_mask is None else new_mask.shape[-1]
@@ -111,16 +113,18 @@ def _varlen(q, packed: Packed, window_keys, window_values, new_mask):
     tokens = q.view(rows, group, new, dim).transpose(1, 2).reshape(rows * new, group, dim)  # (R*T, G, D)
     q_bounds = torch.arange(0, (rows + 1) * new, new, dtype=torch.int32, device=q.device)
     aux = AuxRequest(lse=True)
-    capacity = max(b - a for a, b in zip(packed.starts, packed.starts[1:] + [packed.keys.shape[0]]))
-    kept, kept_lse = varlen_attn(tokens, packed.keys[:, None], packed.values[:, None], q_bounds, packed.bounds,
-                                 new, capacity, return_aux=aux, scale=1.0, enable_gqa=True, seqused_k=packed.used)
+    bounds = torch.nn.functional.pad(packed.capacity.cumsum(0), (1, 0)).int()
+    used = packed.length.int()
+    longest = max(b - a for a, b in zip(packed.starts, packed.starts[1:] + [packed.keys.shape[0]]))
+    kept, kept_lse = varlen_attn(tokens, packed.keys[:, None], packed.values[:, None], q_bounds, bounds,
+                                 new, longest, return_aux=aux, scale=1.0, enable_gqa=True, seqused_k=used)
     w_bounds = torch.arange(0, (rows + 1) * window, window, dtype=torch.int32, device=q.device)
     own, own_lse = varlen_attn(tokens, window_keys.reshape(-1, 1, dim), window_values.reshape(-1, 1, dim),
                                q_bounds, w_bounds, new, window, return_aux=aux, scale=1.0, enable_gqa=True,
                                window_size=(-1, -1) if new_mask is None else (-1, 0))
     # A row without used slots had no keys in the first call, whatever the kernel reported for it (its lse
     # may be +inf or -inf, its output 0 or NaN): it gets the window's output alone.
-    empty = (packed.used == 0).repeat_interleave(new)  # (R*T,)
+    empty = (used == 0).repeat_interleave(new)  # (R*T,)
     kept = kept.masked_fill(empty[:, None, None], 0)
     kept_lse = kept_lse.float().masked_fill(empty[None], -math.inf)  # (G, R*T)
     out = _merge(kept, kept_lse.T, own, own_lse.float().T)  # (R*T, G, D)
