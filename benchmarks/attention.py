@@ -39,6 +39,7 @@ from kvzap.models import ensure_prepared, load
 from kvzap.pruning import KVzapPress, PrunedLayer, SurrogateScorerPress
 from kvzap.pruning.attention import use_kvzap_attention
 from kvzap.pruning.calibration import collect_scores, threshold_for
+from kvzap.pruning.segments import applicable_kernels
 from kvzap.surrogate import Surrogate
 
 # Llama-3.1-8B / Qwen3-8B attention shapes; the MLP is kept small (it is the same in both runs).
@@ -84,6 +85,13 @@ def pruned_copy(cache: DynamicCache, ratio: float, window: int, gen: torch.Gener
         pruned.layers.append(new)
         removed.append(new.compression().mean().item())
     return pruned, statistics.mean(removed)
+
+
+def segment_kernel(model, queries: int) -> str:
+    """The segment-attention kernel that a forward of `queries` new tokens gets on this model's device and dtype."""
+    probe = torch.empty(1, queries, 1, dtype=model.dtype, device=model.device)
+    causal = torch.ones(queries, queries, dtype=torch.bool, device=model.device).tril()[None, None]
+    return applicable_kernels(probe, None if queries == 1 else causal)[0]
 
 
 def forward(model, cache: DynamicCache, ids: torch.Tensor, context: int) -> None:
@@ -141,7 +149,8 @@ def measure(model, context: int, queries: int, ratio: float, window: int, repeat
     return {"context_tokens": context, "query_tokens": queries, "target_ratio": ratio, "compression_ratio": removed,
             "peak_mb_vs_full": peak["pruned"] / peak["full"], "ms_vs_full": ms["pruned"] / ms["full"],
             "peak_mb": peak, "ms": ms, "window": window, "layers": model.config.num_hidden_layers,
-            "dtype": str(model.dtype).removeprefix("torch."), "device": str(model.device)}
+            "segment_kernel": segment_kernel(model, queries), "dtype": str(model.dtype).removeprefix("torch."),
+            "device": str(model.device)}
 
 
 def prefill(model, ids: torch.Tensor, press: KVzapPress | None):
@@ -165,7 +174,8 @@ def measure_prefill(model, ids: torch.Tensor, chunk: int, scorer, threshold: flo
             "prefill_peak_mb_vs_full": peak["chunked"] / peak["whole"], "prefill_ms_vs_full": ms["chunked"] / ms["whole"],
             "prefill_peak_mb_vs_dense": peak["chunked"] / peak["dense"], "prefill_ms_vs_dense": ms["chunked"] / ms["dense"],
             "peak_mb": peak, "ms": ms, "window": window, "layers": model.config.num_hidden_layers,
-            "dtype": str(model.dtype).removeprefix("torch."), "device": str(model.device)}
+            "segment_kernel": segment_kernel(model, chunk), "dtype": str(model.dtype).removeprefix("torch."),
+            "device": str(model.device)}
 
 
 def prefill_records(model, prompt: torch.Tensor, calibration: torch.Tensor, args) -> list[dict]:
