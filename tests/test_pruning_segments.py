@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import math
+import warnings
 
 import pytest
 import torch
@@ -63,6 +64,28 @@ def test_segment_attention_equals_a_per_row_loop(budget, kernel, mask, monkeypat
     got = segments.segment_attention(q, packed, window_keys, window_values, new_mask, heads, budget, kernel=kernel)
     expected = _per_row_reference(q, row_keys, row_values, window_keys, window_values, new_mask, heads)
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("broken", [False, True])
+def test_varlen_kernel_is_trusted_only_after_it_agrees_with_the_row_loop(broken, monkeypatch):
+    """The first use per (device, dtype, causal) compares the kernel with the row loop; a kernel whose causal
+    window is aligned otherwise (here: ignored) is refused with a warning, and the verdict is remembered."""
+    kernel = functools.partial(varlen_reference, causal_as_full=broken)
+    monkeypatch.setattr(segments, "varlen_attn", kernel)
+    monkeypatch.setattr(segments, "TRUSTED", {})
+    gen = torch.Generator().manual_seed(4)
+    layer = PrunedLayer(*torch.randn(2, 1, 2, 300, 16, generator=gen))
+    layer.judge(300 - 128, torch.rand(1, 2, 300 - 128, generator=gen) < 0.5)
+    q = torch.randn(2, 3 * 8, 16, generator=gen)
+    causal = torch.ones(8, 8, dtype=torch.bool).tril().repeat(3, 1)[None, None]
+    windows = layer.dense_keys.flatten(0, 1), layer.dense_values.flatten(0, 1)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trusted = segments.kernel_trusted(q, layer.packed(), *windows, causal, 2, layer.score_budget())
+    assert trusted is not broken and len(caught) == int(broken)
+    assert segments.TRUSTED == {("cpu", torch.float32, True): not broken}
+    monkeypatch.setattr(segments, "varlen_attn", None)  # a second call must not run the kernel again
+    assert segments.kernel_trusted(q, layer.packed(), *windows, causal, 2, layer.score_budget()) is not broken
 
 
 def _chunked_forward(model, press, ids, prompt_len, chunk):

@@ -5,7 +5,8 @@ G * T queries (a GQA group's heads over the T new tokens) see only those, so wor
 the kept cache. Three implementations, each exact against the masking reference:
 - `_varlen` (CUDA, half precision): two calls of PyTorch's flash varlen kernel for all rows at once, one over
   the kept slots (`seqused_k` skips the spare ones) and one over the windows, merged through their
-  log-sum-exps: a fixed number of kernels per layer, whatever the number of rows.
+  log-sum-exps: a fixed number of kernels per layer, whatever the number of rows. Its first use on a device
+  is checked against the row loop (`kernel_trusted`).
 - `_flash_rows` (CPU, causal multi-token forwards): row by row with the CPU flash kernel.
 - `_rows` (everything else): row by row, a chunk of queries at a time so that no score matrix exceeds the
   budget. A block of rows sharing one matmul (other rows' slots masked) was measured no faster even when
@@ -15,6 +16,7 @@ the kept cache. Three implementations, each exact against the masking reference:
 from __future__ import annotations
 
 import math
+import warnings
 from typing import NamedTuple
 
 import torch
@@ -49,7 +51,10 @@ def segment_attention(q, packed: Packed, window_keys, window_values, new_mask, h
     Scores are float32, as in the masking reference. kernel: "varlen", "flash" or "rows" (None: the fastest
     that applies). Returns (R, Q, D).
     """
-    kernel = kernel or applicable_kernels(q, new_mask)[0]
+    if kernel is None:
+        kernel = applicable_kernels(q, new_mask)[0]
+        if kernel == "varlen" and not kernel_trusted(q, packed, window_keys, window_values, new_mask, heads, budget):
+            kernel = "rows"
     if kernel == "varlen":
         return _varlen(q, packed, window_keys, window_values, new_mask)
     if kernel == "flash":
@@ -66,6 +71,33 @@ def applicable_kernels(q, new_mask) -> list[str]:
     if q.device.type == "cpu" and new_mask is not None and causal_or_single:
         found.append("flash")  # for one new token, the row loop is faster (no copy of the kept keys)
     return found + ["rows"]
+
+
+# (device, dtype, causal) -> whether the varlen kernel agreed with the row loop at its first use there
+TRUSTED: dict[tuple, bool] = {}
+# How far bf16/fp16 kernels may differ from the float32 row loop, relative to the output's magnitude (rounding
+# gives about 1e-2; a kernel that reads other keys, e.g. another causal alignment, differs by order one).
+TRUST_TOLERANCE = 0.05
+
+
+def kernel_trusted(q, packed: Packed, window_keys, window_values, new_mask, heads: int, budget: int) -> bool:
+    """Compare the varlen kernel with the float32 row loop on its first inputs per (device, dtype, causal).
+
+    Its use of `varlen_attn` follows the documentation and is tested on CPU against an emulation of it. A
+    kernel that behaves otherwise on some GPU or torch version must not change results silently, so the row
+    loop serves instead, with a warning.
+    """
+    key = (str(q.device), q.dtype, new_mask is not None)
+    if key not in TRUSTED:
+        got = _varlen(q, packed, window_keys, window_values, new_mask).float()
+        upcast = packed._replace(keys=packed.keys.float(), values=packed.values.float())
+        want = _rows(q.float(), upcast, window_keys.float(), window_values.float(), new_mask, heads, budget)
+        error, scale = (got - want).abs().max().item(), want.abs().max().item()
+        TRUSTED[key] = error <= TRUST_TOLERANCE * max(1.0, scale)
+        if not TRUSTED[key]:
+            warnings.warn(f"varlen_attn differs from the row loop by {error:.3g} (outputs up to {scale:.3g}) on "
+                          f"{key}: segment attention uses the row loop there instead (exact, slower).")
+    return TRUSTED[key]
 
 
 def _rows(q, packed: Packed, window_keys, window_values, new_mask, heads, budget):
