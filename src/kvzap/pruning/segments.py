@@ -116,7 +116,7 @@ def _rows(q, packed: Packed, window_keys, window_values, new_mask, heads, budget
             if visible is not None:
                 scores[:, n + window - visible.shape[-1]:].masked_fill_(~visible[q0:q0 + step], -math.inf)
             p = torch.softmax(scores, -1).to(q.dtype)
-            out[r, q0:q0 + step] = torch.addmm(p[:, n:] @ window_values[r], p[:, :n], values)
+            torch.addmm(p[:, n:] @ window_values[r], p[:, :n], values, out=out[r, q0:q0 + step])  # a contiguous block
     return out
 
 
