@@ -66,6 +66,25 @@ def test_segment_attention_equals_a_per_row_loop(budget, kernel, mask, monkeypat
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("tokens", [1, 6])
+def test_varlen_over_a_layer_with_nothing_judged_reads_only_the_window(tokens, monkeypatch):
+    """A prompt within the window leaves no kept slots: the kernel is never handed an empty key set."""
+    def kernel(query, key, value, *args, **kwargs):
+        assert key.shape[0] > 0
+        return varlen_reference(query, key, value, *args, **kwargs)
+
+    monkeypatch.setattr(segments, "varlen_attn", kernel)
+    gen = torch.Generator().manual_seed(5)
+    layer = PrunedLayer(*torch.randn(2, 1, 2, 20, 16, generator=gen))
+    assert layer.packed_keys.shape[0] == 0
+    q = torch.randn(2, 3 * tokens, 16, generator=gen)
+    causal = None if tokens == 1 else torch.ones(tokens, tokens, dtype=torch.bool).tril().repeat(3, 1)[None, None]
+    windows = layer.dense_keys.flatten(0, 1), layer.dense_values.flatten(0, 1)
+    got, want = (segments.segment_attention(q, layer.packed(), *windows, causal, 2, layer.score_budget(), kernel=k)
+                 for k in ("varlen", "rows"))
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
 @pytest.mark.parametrize("broken", [False, True])
 def test_varlen_kernel_is_trusted_only_after_it_agrees_with_the_row_loop(broken, monkeypatch):
     """The first use per (device, dtype, causal) compares the kernel with the row loop; a kernel whose causal

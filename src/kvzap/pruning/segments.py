@@ -145,21 +145,22 @@ def _varlen(q, packed: Packed, window_keys, window_values, new_mask):
     tokens = q.view(rows, group, new, dim).transpose(1, 2).reshape(rows * new, group, dim)  # (R*T, G, D)
     q_bounds = torch.arange(0, (rows + 1) * new, new, dtype=torch.int32, device=q.device)
     aux = AuxRequest(lse=True)
-    bounds = torch.nn.functional.pad(packed.capacity.cumsum(0), (1, 0)).int()
-    used = packed.length.int()
-    longest = max(b - a for a, b in zip(packed.starts, packed.starts[1:] + [packed.keys.shape[0]]))
-    kept, kept_lse = varlen_attn(tokens, packed.keys[:, None], packed.values[:, None], q_bounds, bounds,
-                                 new, longest, return_aux=aux, scale=1.0, enable_gqa=True, seqused_k=used)
     w_bounds = torch.arange(0, (rows + 1) * window, window, dtype=torch.int32, device=q.device)
-    own, own_lse = varlen_attn(tokens, window_keys.reshape(-1, 1, dim), window_values.reshape(-1, 1, dim),
+    out, own_lse = varlen_attn(tokens, window_keys.reshape(-1, 1, dim), window_values.reshape(-1, 1, dim),
                                q_bounds, w_bounds, new, window, return_aux=aux, scale=1.0, enable_gqa=True,
                                window_size=(-1, -1) if new_mask is None else (-1, 0))
-    # A row without used slots had no keys in the first call, whatever the kernel reported for it (its lse
-    # may be +inf or -inf, its output 0 or NaN): it gets the window's output alone.
-    empty = (used == 0).repeat_interleave(new)  # (R*T,)
-    kept = kept.masked_fill(empty[:, None, None], 0)
-    kept_lse = kept_lse.float().masked_fill(empty[None], -math.inf)  # (G, R*T)
-    out = _merge(kept, kept_lse.T, own, own_lse.float().T)  # (R*T, G, D)
+    if packed.keys.shape[0]:  # else nothing was judged yet (a prompt within the window): the windows are all
+        bounds = torch.nn.functional.pad(packed.capacity.cumsum(0), (1, 0)).int()
+        used = packed.length.int()
+        longest = max(b - a for a, b in zip(packed.starts, packed.starts[1:] + [packed.keys.shape[0]]))
+        kept, kept_lse = varlen_attn(tokens, packed.keys[:, None], packed.values[:, None], q_bounds, bounds,
+                                     new, longest, return_aux=aux, scale=1.0, enable_gqa=True, seqused_k=used)
+        # A row without used slots had no keys in this call, whatever the kernel reported for it (its lse
+        # may be +inf or -inf, its output 0 or NaN): it gets the window's output alone.
+        empty = (used == 0).repeat_interleave(new)  # (R*T,)
+        kept = kept.masked_fill(empty[:, None, None], 0)
+        kept_lse = kept_lse.float().masked_fill(empty[None], -math.inf)  # (G, R*T)
+        out = _merge(kept, kept_lse.T, out, own_lse.float().T)  # (R*T, G, D)
     return out.view(rows, new, group, dim).transpose(1, 2).reshape(rows, queries, dim)
 
 
