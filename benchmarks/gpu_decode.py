@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import functools
 import statistics
 import time
 from pathlib import Path
@@ -32,7 +31,7 @@ from transformers import DynamicCache, Qwen3Config, Qwen3ForCausalLM
 from kvzap.io import atomic_write_json
 from kvzap.pruning import KVzapPress, SurrogateScorerPress
 from kvzap.pruning.calibration import collect_scores, threshold_for
-from kvzap.pruning.segments import applicable_kernels, segment_attention
+from kvzap.pruning.segments import applicable_kernels, float32_rows, segment_attention
 from kvzap.surrogate import Surrogate
 
 QWEN3_8B = dict(num_hidden_layers=36, hidden_size=4096, num_attention_heads=32, num_key_value_heads=8, head_dim=128,
@@ -104,11 +103,9 @@ def kernel_agreement(layer, tokens: int, group: int, kernels: list[str] | None =
     q = (torch.randn(rows, group * tokens, dim, generator=gen) * dim ** -0.5).to(packed.keys)  # pre-scaled
     mask = None if tokens == 1 else torch.ones(tokens, tokens, dtype=torch.bool, device=q.device).tril().repeat(
         group, 1)[None, None]
-    attend = functools.partial(segment_attention, new_mask=mask, heads=layer.removed_shape[1],
-                               budget=layer.score_budget())
-    reference = attend(q.float(), packed._replace(keys=packed.keys.float(), values=packed.values.float()),
-                       window_keys.float(), window_values.float(), kernel="rows")
-    diffs = {kernel: (attend(q, packed, window_keys, window_values, kernel=kernel).float() - reference).abs().max().item()
+    inputs = (q, packed, window_keys, window_values, mask, layer.removed_shape[1], layer.score_budget())
+    reference = float32_rows(*inputs)
+    diffs = {kernel: (segment_attention(*inputs, kernel=kernel).float() - reference).abs().max().item()
              for kernel in kernels or applicable_kernels(q, mask)}
     return {"max_abs_diff_vs_float32_rows": diffs, "output_max_abs": reference.abs().max().item()}
 
@@ -169,7 +166,8 @@ def main() -> None:
                 **{f"{key}_vs_masking": value for key, value in agreement(eviction, masking).items()},
                 **{key: {name: run[key] for name, run in runs.items()}
                    for key in ("kv_bytes", "decode_ms", "prefill_s", "prefill_peak_bytes")},
-                "segment_kernels": eviction["segment_kernels"], "decode_steps": args.decode_steps, "window": args.window, "layers": geometry["num_hidden_layers"],
+                "segment_kernels": eviction["segment_kernels"], "decode_steps": args.decode_steps,
+                "window": args.window, "layers": geometry["num_hidden_layers"],
                 "dtype": str(dtype).removeprefix("torch."), "device": torch.cuda.get_device_name()
                 if args.device.startswith("cuda") else "cpu",
             })

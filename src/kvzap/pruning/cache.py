@@ -162,8 +162,12 @@ class JudgedLayer(CacheLayerMixin):
         raise NotImplementedError
 
     def compression(self) -> torch.Tensor:
-        """Fraction removed per (batch, kv-head), over the unpruned length (kvpress DMSPress's denominator)."""
-        return self.removed.double() / self.seen
+        return removed_fraction(self.removed, self.seen)
+
+
+def removed_fraction(removed: torch.Tensor, seen: int) -> torch.Tensor:
+    """Fraction removed per (batch, kv-head), over the unpruned length (kvpress DMSPress's denominator)."""
+    return removed.double() / seen
 
 
 PADDING_ERROR = "Padded batches are not supported with a pruned cache: use equal-length prompts."
@@ -217,7 +221,7 @@ class PrunedLayer(JudgedLayer):
         self.packed_keys, self.packed_values = keys.new_empty(0, dim), values.new_empty(0, dim)  # (slots, D)
         self.start, self.capacity, self.length = (torch.zeros(n_rows, dtype=torch.long, device=keys.device)
                                                   for _ in range(3))  # (B * H,) each
-        # start and length as lists too, for attention (set when they change: no device read per step)
+        # start, capacity and length as lists too (set when they change: no device read per step)
         self.starts, self.capacities, self.lengths = [0] * n_rows, [0] * n_rows, [0] * n_rows
 
     def _settle(self, n, keep):
@@ -253,8 +257,8 @@ class PrunedLayer(JudgedLayer):
         self._values.drop_front(1)
 
     def _repack(self, capacity: torch.Tensor) -> None:
-        """Give row r `capacity[r]` slots; its used slots move to the head of its new segment, in order (a slice
-        copy per row: re-packs are rare, and whole-tensor gathers measured ten times slower at 2k tokens)."""
+        """Give row r `capacity[r]` slots; its used slots move to the head of its new segment, in order (one
+        slice copy per row: a row's used slots are contiguous, so no per-slot index is needed)."""
         start = capacity.cumsum(0) - capacity
         starts = start.tolist()
         keys = self.packed_keys.new_empty(int(capacity.sum()), self.packed_keys.shape[1])

@@ -19,7 +19,7 @@ from torch import nn
 from transformers.cache_utils import DynamicLayer
 
 from kvzap.pruning.attention import use_kvzap_attention
-from kvzap.pruning.cache import JudgedLayer, MaskedLayer, PrunedLayer, refuse_padding
+from kvzap.pruning.cache import JudgedLayer, MaskedLayer, PrunedLayer, refuse_padding, removed_fraction
 from kvzap.pruning.chunked import check_chunk, chunked_prefill
 from kvzap.pruning.scorers import SurrogateScorerPress
 
@@ -134,5 +134,5 @@ class WindowedPress(BasePress):
     def _table(self) -> torch.Tensor:
         if not self.removed_counts:
             raise RuntimeError("Run a forward pass under the press before reading its compression ratio.")
-        return torch.stack([(removed.double() / seen).cpu()  # (layers, B, H); as JudgedLayer.compression
-                            for removed, seen in (self.removed_counts[i] for i in sorted(self.removed_counts))])
+        return torch.stack([removed_fraction(*self.removed_counts[i]).cpu()
+                            for i in sorted(self.removed_counts)])  # (layers, B, H)

@@ -9,8 +9,8 @@ the kept cache. Three implementations, each exact against the masking reference:
   is checked against the row loop (`kernel_trusted`).
 - `_flash_rows` (CPU, causal multi-token forwards): row by row with the CPU flash kernel.
 - `_rows` (everything else): row by row, a chunk of queries at a time so that no score matrix exceeds the
-  budget. A block of rows sharing one matmul (other rows' slots masked) was measured no faster even when
-  decoding short rows on CPU, so rows never share one.
+  budget. Rows never share a matmul: a block of n rows scoring every row's queries against all their
+  slots (other rows' masked) wastes (n - 1) / n of its work, and needs a per-slot owner to mask with.
 """
 
 from __future__ import annotations
@@ -90,14 +90,19 @@ def kernel_trusted(q, packed: Packed, window_keys, window_values, new_mask, head
     key = (str(q.device), q.dtype, new_mask is not None)
     if key not in TRUSTED:
         got = _varlen(q, packed, window_keys, window_values, new_mask).float()
-        upcast = packed._replace(keys=packed.keys.float(), values=packed.values.float())
-        want = _rows(q.float(), upcast, window_keys.float(), window_values.float(), new_mask, heads, budget)
+        want = float32_rows(q, packed, window_keys, window_values, new_mask, heads, budget)
         error, scale = (got - want).abs().max().item(), want.abs().max().item()
         TRUSTED[key] = error <= TRUST_TOLERANCE * max(1.0, scale)
         if not TRUSTED[key]:
             warnings.warn(f"varlen_attn differs from the row loop by {error:.3g} (outputs up to {scale:.3g}) on "
                           f"{key}: segment attention uses the row loop there instead (exact, slower).")
     return TRUSTED[key]
+
+
+def float32_rows(q, packed: Packed, window_keys, window_values, new_mask, heads: int, budget: int):
+    """The row loop on float32 copies of everything: the reference that half-precision kernels are held to."""
+    upcast = packed._replace(keys=packed.keys.float(), values=packed.values.float())
+    return _rows(q.float(), upcast, window_keys.float(), window_values.float(), new_mask, heads, budget)
 
 
 def _rows(q, packed: Packed, window_keys, window_values, new_mask, heads, budget):
