@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 CORES ?= 2
 
-.PHONY: setup demo test dry-run rehearsal clean
+.PHONY: setup demo test lint report dry-run rehearsal clean
 
 TOKENIZERS := .cache/tokenizers
 TOKENIZER_VERSION := 3.7.2
@@ -41,6 +41,17 @@ dry-run: setup
 
 test: setup
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" python -m pytest
+
+# ruff (lint and format, line length 120), snakefmt for the workflow, and Snakemake's own linter; CI runs it.
+lint: setup
+	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/ruff format --check src tests benchmarks
+	$(VENV)/bin/snakefmt --check workflow/Snakefile rules
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" snakemake --lint
+
+# One HTML file with every figure and table of the last `make demo` (or CONFIG=...), to open or send.
+report: setup
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" snakemake --report report.html $(if $(CONFIG),--configfile $(CONFIG))
 
 # config/paper.yaml rehearsed on CPU (tiny models, real tokenizers, offline Hub cache); REHEARSAL_FLAGS=--local
 # runs it without a SLURM cluster.

@@ -34,17 +34,26 @@ from torch.profiler import ProfilerActivity, profile
 from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
 
 from eviction import DEFAULT_MODEL, offline_text
-from kvzap.io import atomic_write_json
-from kvzap.models import ensure_prepared, load
+from kvzap.atomic import atomic_write_json
+from kvzap.prepare.models import ensure_prepared, load
 from kvzap.pruning import KVzapPress, PrunedLayer, SurrogateScorerPress
 from kvzap.pruning.attention import use_kvzap_attention
 from kvzap.pruning.calibration import collect_scores, threshold_for
 from kvzap.pruning.segments import applicable_kernels
-from kvzap.surrogate import Surrogate
+from kvzap.surrogate.model import Surrogate
+from records import print_table
 
 # Llama-3.1-8B / Qwen3-8B attention shapes; the MLP is kept small (it is the same in both runs).
-GEOMETRY = dict(hidden_size=4096, num_attention_heads=32, num_key_value_heads=8, head_dim=128,
-                intermediate_size=1024, vocab_size=256, max_position_embeddings=1 << 17, tie_word_embeddings=False)
+GEOMETRY = dict(
+    hidden_size=4096,
+    num_attention_heads=32,
+    num_key_value_heads=8,
+    head_dim=128,
+    intermediate_size=1024,
+    vocab_size=256,
+    max_position_embeddings=1 << 17,
+    tie_word_embeddings=False,
+)
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
@@ -144,38 +153,63 @@ def measure(model, context: int, queries: int, ratio: float, window: int, repeat
     ids = torch.randint(0, model.config.vocab_size, (1, queries), generator=gen).to(model.device)
     caches = {"full": full, "pruned": pruned}
     peak = {name: peak_bytes(lambda: forward(model, cache, ids, context)) / 2**20 for name, cache in caches.items()}
-    ms = median_ms({name: functools.partial(forward, model, cache, ids, context) for name, cache in caches.items()},
-                   repeats)
-    return {"context_tokens": context, "query_tokens": queries, "target_ratio": ratio, "compression_ratio": removed,
-            "peak_mb_vs_full": peak["pruned"] / peak["full"], "ms_vs_full": ms["pruned"] / ms["full"],
-            "peak_mb": peak, "ms": ms, "window": window, "layers": model.config.num_hidden_layers,
-            "segment_kernel": segment_kernel(model, queries), "dtype": str(model.dtype).removeprefix("torch."),
-            "device": str(model.device)}
+    ms = median_ms(
+        {name: functools.partial(forward, model, cache, ids, context) for name, cache in caches.items()}, repeats
+    )
+    return {
+        "context_tokens": context,
+        "query_tokens": queries,
+        "target_ratio": ratio,
+        "compression_ratio": removed,
+        "peak_mb_vs_full": peak["pruned"] / peak["full"],
+        "ms_vs_full": ms["pruned"] / ms["full"],
+        "peak_mb": peak,
+        "ms": ms,
+        "window": window,
+        "layers": model.config.num_hidden_layers,
+        "segment_kernel": segment_kernel(model, queries),
+        "dtype": str(model.dtype).removeprefix("torch."),
+        "device": str(model.device),
+    }
 
 
 def prefill(model, ids: torch.Tensor, press: KVzapPress | None):
     """A prefill as kvpress's pipeline runs it (the decoder stack only), under `press` if given."""
+
     def run():
         with press(model) if press is not None else contextlib.nullcontext():
             model.model(input_ids=ids, past_key_values=DynamicCache())
+
     return run
 
 
 @torch.no_grad()
-def measure_prefill(model, ids: torch.Tensor, chunk: int, scorer, threshold: float, window: int,
-                    repeats: int) -> dict:
-    presses = {"dense": None, "whole": KVzapPress(scorer, threshold=threshold, window=window),
-               "chunked": KVzapPress(scorer, threshold=threshold, window=window, prefill_chunk=chunk)}
+def measure_prefill(model, ids: torch.Tensor, chunk: int, scorer, threshold: float, window: int, repeats: int) -> dict:
+    presses = {
+        "dense": None,
+        "whole": KVzapPress(scorer, threshold=threshold, window=window),
+        "chunked": KVzapPress(scorer, threshold=threshold, window=window, prefill_chunk=chunk),
+    }
     peak = {name: peak_bytes(prefill(model, ids, press)) / 2**20 for name, press in presses.items()}
     ms = median_ms({name: prefill(model, ids, press) for name, press in presses.items()}, repeats)
-    return {"context_tokens": ids.shape[1], "chunk_tokens": chunk, "threshold": threshold,
-            "compression_ratio": presses["chunked"].compression_ratio,
-            "whole_compression_ratio": presses["whole"].compression_ratio,
-            "prefill_peak_mb_vs_full": peak["chunked"] / peak["whole"], "prefill_ms_vs_full": ms["chunked"] / ms["whole"],
-            "prefill_peak_mb_vs_dense": peak["chunked"] / peak["dense"], "prefill_ms_vs_dense": ms["chunked"] / ms["dense"],
-            "peak_mb": peak, "ms": ms, "window": window, "layers": model.config.num_hidden_layers,
-            "segment_kernel": segment_kernel(model, chunk), "dtype": str(model.dtype).removeprefix("torch."),
-            "device": str(model.device)}
+    return {
+        "context_tokens": ids.shape[1],
+        "chunk_tokens": chunk,
+        "threshold": threshold,
+        "compression_ratio": presses["chunked"].compression_ratio,
+        "whole_compression_ratio": presses["whole"].compression_ratio,
+        "prefill_peak_mb_vs_full": peak["chunked"] / peak["whole"],
+        "prefill_ms_vs_full": ms["chunked"] / ms["whole"],
+        "prefill_peak_mb_vs_dense": peak["chunked"] / peak["dense"],
+        "prefill_ms_vs_dense": ms["chunked"] / ms["dense"],
+        "peak_mb": peak,
+        "ms": ms,
+        "window": window,
+        "layers": model.config.num_hidden_layers,
+        "segment_kernel": segment_kernel(model, chunk),
+        "dtype": str(model.dtype).removeprefix("torch."),
+        "device": str(model.device),
+    }
 
 
 def prefill_records(model, prompt: torch.Tensor, calibration: torch.Tensor, args) -> list[dict]:
@@ -191,8 +225,11 @@ def prefill_records(model, prompt: torch.Tensor, calibration: torch.Tensor, args
             r = measure_prefill(model, prompt[:, :context], args.chunk, scorer, threshold, args.window, args.repeats)
             records.append({**r, "target_ratio": ratio, "model": args.model, "threads": args.threads})
             cells = ", ".join(f"{k} {r['peak_mb'][k]:.1f} / {r['ms'][k]:.0f}" for k in ("dense", "whole", "chunked"))
-            print(f"[prefill {context} in {args.chunk}-token chunks, removed {r['compression_ratio']:.3f}] "
-                  f"peak MiB / ms: {cells}", flush=True)
+            print(
+                f"[prefill {context} in {args.chunk}-token chunks, removed {r['compression_ratio']:.3f}] "
+                f"peak MiB / ms: {cells}",
+                flush=True,
+            )
     return records
 
 
@@ -203,10 +240,15 @@ def main() -> None:
     parser.add_argument("--prefill-contexts", type=int, nargs="*", default=[], help="prefill records")
     parser.add_argument("--chunk", type=int, default=2048, help="prefill chunk (tokens)")
     parser.add_argument("--calibration-tokens", type=int, default=2048, help="ids that calibrate τ (prefill)")
-    parser.add_argument("--model", choices=["paper", "demo"], default="paper",
-                        help=f"paper geometry with random weights, or {DEFAULT_MODEL} (offline)")
-    parser.add_argument("--model-json", type=Path, default=Path(".cache/smollm2/model.json"),
-                        help="the demo model, prepared if missing")
+    parser.add_argument(
+        "--model",
+        choices=["paper", "demo"],
+        default="paper",
+        help=f"paper geometry with random weights, or {DEFAULT_MODEL} (offline)",
+    )
+    parser.add_argument(
+        "--model-json", type=Path, default=Path(".cache/smollm2/model.json"), help="the demo model, prepared if missing"
+    )
     parser.add_argument("--queries", type=int, default=512, help="new tokens in the timed forward")
     parser.add_argument("--ratios", type=float, nargs="+", default=[0.5, 0.75])
     parser.add_argument("--window", type=int, default=128)
@@ -225,7 +267,7 @@ def main() -> None:
         model = build_model(args.layers, dtype, device)
         length = args.calibration_tokens + max(args.prefill_contexts, default=0)
         ids = torch.randint(0, model.config.vocab_size, (1, length), generator=torch.Generator().manual_seed(1))
-    calibration, prompt = ids[:, :args.calibration_tokens].to(device), ids[:, args.calibration_tokens:].to(device)
+    calibration, prompt = ids[:, : args.calibration_tokens].to(device), ids[:, args.calibration_tokens :].to(device)
     if prompt.shape[1] < max(args.prefill_contexts, default=0):
         raise SystemExit(f"the prompt has {prompt.shape[1]} tokens, fewer than {max(args.prefill_contexts)}")
 
@@ -235,8 +277,10 @@ def main() -> None:
             records.append(measure(model, context, args.queries, ratio, args.window, args.repeats))
             r = records[-1]
             cells = ", ".join(f"{k} {r['peak_mb'][k]:.1f} / {r['ms'][k]:.1f}" for k in ("full", "pruned"))
-            print(f"[{context} + {args.queries} tokens, removed {r['compression_ratio']:.3f}] peak MiB / ms: {cells}",
-                  flush=True)
+            print(
+                f"[{context} + {args.queries} tokens, removed {r['compression_ratio']:.3f}] peak MiB / ms: {cells}",
+                flush=True,
+            )
     if args.prefill_contexts:
         records += prefill_records(model, prompt, calibration, args)
     atomic_write_json(args.out, records)
@@ -245,16 +289,15 @@ def main() -> None:
 
 
 QUERY_COLUMNS = ["context_tokens", "query_tokens", "compression_ratio", "peak_mb_vs_full", "ms_vs_full"]
-PREFILL_COLUMNS = ["context_tokens", "chunk_tokens", "compression_ratio", "prefill_peak_mb_vs_full",
-                   "prefill_ms_vs_full", "prefill_peak_mb_vs_dense", "prefill_ms_vs_dense"]
-
-
-def print_table(records: list[dict], keys: list[str]) -> None:
-    if not records:
-        return
-    print(" | ".join(keys))
-    for r in records:
-        print(" | ".join(f"{r[k]:.3f}" if isinstance(r[k], float) else str(r[k]) for k in keys))
+PREFILL_COLUMNS = [
+    "context_tokens",
+    "chunk_tokens",
+    "compression_ratio",
+    "prefill_peak_mb_vs_full",
+    "prefill_ms_vs_full",
+    "prefill_peak_mb_vs_dense",
+    "prefill_ms_vs_dense",
+]
 
 
 if __name__ == "__main__":

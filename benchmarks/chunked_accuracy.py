@@ -2,7 +2,7 @@
 
 The same trained surrogate and threshold prune the same RULER-style samples, once with the paper's prefill (one
 forward, then pruning) and once per `--chunks` size (each chunk attends to the cache already pruned), greedy as
-in the pipeline (kvzap.evaluate.greedy_summary, kvpress's protocol). Chunks must be shorter than the contexts for
+in the pipeline (kvzap.evaluation.job.greedy_summary, kvpress's protocol). Chunks must be shorter than the contexts for
 chunking to happen: the demo's 1k-token contexts take 256/512-token chunks.
 
     python benchmarks/chunked_accuracy.py --surrogate results/smollm2-135m/surrogates/mlp --threshold -2.6 \
@@ -17,23 +17,28 @@ from pathlib import Path
 import torch
 from transformers.utils import logging
 
-from kvzap.benchmarks import benchmark_module
-from kvzap.evaluate import greedy_summary
-from kvzap.io import atomic_write_json
-from kvzap.models import ensure_prepared, load
-from kvzap.pruning import KVzapPress, SurrogateScorerPress
-
 from eviction import DEFAULT_MODEL
+from kvzap.atomic import atomic_write_json
+from kvzap.evaluation.job import greedy_summary
+from kvzap.evaluation.suites import benchmark_module
+from kvzap.prepare.models import ensure_prepared, load
+from kvzap.pruning import KVzapPress, SurrogateScorerPress
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--surrogate", required=True, help="surrogate folder (the demo's: results/<model>/surrogates/mlp)")
+    parser.add_argument(
+        "--surrogate", required=True, help="surrogate folder (the demo's: results/<model>/surrogates/mlp)"
+    )
     parser.add_argument("--threshold", type=float, required=True)
     parser.add_argument("--chunks", type=int, nargs="+", default=[256, 512])
-    parser.add_argument("--model-json", type=Path, default=Path(".cache/smollm2/model.json"),
-                        help=f"prepared model (prepared from {DEFAULT_MODEL} if missing)")
+    parser.add_argument(
+        "--model-json",
+        type=Path,
+        default=Path(".cache/smollm2/model.json"),
+        help=f"prepared model (prepared from {DEFAULT_MODEL} if missing)",
+    )
     parser.add_argument("--subset", default="1024", help="RULER context length (offline generator)")
     parser.add_argument("--tasks", nargs="+", default=["niah_single_1", "niah_single_2", "niah_multikey_1"])
     parser.add_argument("--n-samples", type=int, default=20, help="per task")
@@ -53,20 +58,34 @@ def main() -> None:
     runs = {"whole": None, **{f"chunk {n}": n for n in args.chunks}}
     records = []
     for name, chunk in runs.items():
-        outputs, result = greedy_summary(model, tokenizer, rows, bench,
-                                         KVzapPress(scorer, threshold=args.threshold, prefill_chunk=chunk))
-        records.append({"prefill": name, "chunk_tokens": chunk, "threshold": args.threshold,
-                        "n_samples": len(rows), **result, "predictions": outputs["prediction"].tolist()})
-        print(f"[{name}] average {result['average']:.1f} {result['average_ci']}, "
-              f"compression {result['compression_ratio']:.3f}", flush=True)
+        outputs, result = greedy_summary(
+            model, tokenizer, rows, bench, KVzapPress(scorer, threshold=args.threshold, prefill_chunk=chunk)
+        )
+        records.append(
+            {
+                "prefill": name,
+                "chunk_tokens": chunk,
+                "threshold": args.threshold,
+                "n_samples": len(rows),
+                **result,
+                "predictions": outputs["prediction"].tolist(),
+            }
+        )
+        print(
+            f"[{name}] average {result['average']:.1f} {result['average_ci']}, "
+            f"compression {result['compression_ratio']:.3f}",
+            flush=True,
+        )
     whole = records[0]["predictions"]
     for r in records:
         r["same_answers_as_whole"] = sum(a == b for a, b in zip(r["predictions"], whole)) / len(whole)
     atomic_write_json(args.out, records)
     print("prefill | chunk_tokens | compression_ratio | average | 95% interval | same answers as whole")
     for r in records:
-        print(f"{r['prefill']} | {r['chunk_tokens']} | {r['compression_ratio']:.3f} | {r['average']:.1f} | "
-              f"{r['average_ci'][0]:.1f}-{r['average_ci'][1]:.1f} | {r['same_answers_as_whole']:.2f}")
+        print(
+            f"{r['prefill']} | {r['chunk_tokens']} | {r['compression_ratio']:.3f} | {r['average']:.1f} | "
+            f"{r['average_ci'][0]:.1f}-{r['average_ci'][1]:.1f} | {r['same_answers_as_whole']:.2f}"
+        )
 
 
 if __name__ == "__main__":

@@ -16,13 +16,13 @@ import argparse
 from pathlib import Path
 
 import torch
-from gpu_decode import QWEN3_8B, TINY, agreement, build_model, run_method
 from kvpress import DMSPress
 
-from kvzap.io import atomic_write_json
+from gpu_decode import QWEN3_8B, TINY, agreement, build_model, run_method
+from kvzap.atomic import atomic_write_json
 from kvzap.pruning import KVzapPress, SurrogateScorerPress
 from kvzap.pruning.calibration import collect_scores, threshold_for
-from kvzap.surrogate import Surrogate
+from kvzap.surrogate.model import Surrogate
 
 
 def main() -> None:
@@ -44,9 +44,11 @@ def main() -> None:
     surrogate = Surrogate(geometry["hidden_size"], geometry["num_key_value_heads"], geometry["num_hidden_layers"])
     scorer = SurrogateScorerPress(surrogate=surrogate)
     tau = threshold_for(collect_scores(model, [calibration_ids], scorer), args.ratio)
-    presses = {"full": lambda: None,
-               "masking": lambda: DMSPress(scorer, threshold=tau, sliding_window_size=128, decoding=True),
-               "eviction": lambda: KVzapPress(scorer, threshold=tau, window=128, decoding=True)}
+    presses = {
+        "full": lambda: None,
+        "masking": lambda: DMSPress(scorer, threshold=tau, sliding_window_size=128, decoding=True),
+        "eviction": lambda: KVzapPress(scorer, threshold=tau, window=128, decoding=True),
+    }
 
     fp32 = {"full": run_method(model, None, ids, args.decode_steps)}
     forced = fp32["full"]["tokens"]
@@ -55,19 +57,26 @@ def main() -> None:
     model.to(torch.bfloat16)
     bf16 = {name: run_method(model, press(), ids, args.decode_steps, forced) for name, press in presses.items()}
     record = {
-        "context_tokens": args.context, "target_ratio": args.ratio, "compression_ratio": fp32["eviction"]["ratio"],
-        "eviction_vs_masking": {"float32": agreement(fp32["eviction"], fp32["masking"]),
-                                "bfloat16": agreement(bf16["eviction"], bf16["masking"])},
+        "context_tokens": args.context,
+        "target_ratio": args.ratio,
+        "compression_ratio": fp32["eviction"]["ratio"],
+        "eviction_vs_masking": {
+            "float32": agreement(fp32["eviction"], fp32["masking"]),
+            "bfloat16": agreement(bf16["eviction"], bf16["masking"]),
+        },
         "bfloat16_vs_float32": {name: agreement(bf16[name], fp32[name]) for name in presses},
-        "logit_scale_float32": fp32["full"]["logits"].abs().max().item(), "decode_steps": args.decode_steps,
+        "logit_scale_float32": fp32["full"]["logits"].abs().max().item(),
+        "decode_steps": args.decode_steps,
         "layers": geometry["num_hidden_layers"],
         "device": torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu",
     }
     atomic_write_json(args.out, [record])
     for key in ("eviction_vs_masking", "bfloat16_vs_float32"):
         for name, value in record[key].items():
-            print(f"{key} [{name}]: max |logit diff| {value['max_abs_logit_diff']:.3g}, "
-                  f"same argmax {value['same_argmax']:.3f}")
+            print(
+                f"{key} [{name}]: max |logit diff| {value['max_abs_logit_diff']:.3g}, "
+                f"same argmax {value['same_argmax']:.3f}"
+            )
 
 
 if __name__ == "__main__":

@@ -22,26 +22,44 @@ from kvpress import DMSPress
 from transformers import DynamicCache
 from transformers.utils import logging
 
-from kvzap.io import atomic_write_json
-from kvzap.models import ensure_prepared, load
+from kvzap.atomic import atomic_write_json
+from kvzap.prepare.models import ensure_prepared, load
 from kvzap.pruning import KVzapPress, SurrogateScorerPress
 from kvzap.pruning.calibration import collect_scores, threshold_for
-from kvzap.surrogate import Surrogate
+from kvzap.surrogate.model import Surrogate
+from records import print_table
+
+COLUMNS = [
+    "context_tokens",
+    "compression_ratio",
+    "bytes_vs_full",
+    "bytes_vs_masking",
+    "decode_ms_vs_full",
+    "decode_ms_vs_masking",
+    "same_tokens_as_masking",
+]
 
 DEFAULT_MODEL = "offline/SmolLM2-135M-Instruct"
 
 
 def offline_text() -> str:
     """A long, fixed, offline text: the source of a few standard-library modules."""
-    import argparse as a, dataclasses as d, inspect as i, json.decoder as j, logging as lg, pathlib as p, typing as t
+    import argparse as a
+    import dataclasses as d
+    import inspect as i
+    import json.decoder as j
+    import logging as lg
+    import pathlib as p
+    import typing as t
 
     return "\n".join(inspect.getsource(m) for m in (a, d, i, j, lg, p, t))
 
 
 def cache_bytes(cache) -> int:
     """Bytes of KV storage held by a cache: dense tensors, or a pruned layer's own accounting."""
-    return sum(layer.nbytes if hasattr(layer, "nbytes") else layer.keys.nbytes + layer.values.nbytes
-               for layer in cache.layers)
+    return sum(
+        layer.nbytes if hasattr(layer, "nbytes") else layer.keys.nbytes + layer.values.nbytes for layer in cache.layers
+    )
 
 
 def mask_index_bytes(model) -> int:
@@ -67,17 +85,26 @@ def decode_side_by_side(models: dict, presses: dict, ids: torch.Tensor, steps: i
                 start = time.perf_counter()
                 logits[name] = model(token, past_key_values=caches[name], logits_to_keep=1).logits
                 times[name].append(time.perf_counter() - start)
-    return {name: {"bytes": cache_bytes(caches[name]) + mask_index_bytes(models[name]),
-                   "decode_ms": 1000 * statistics.median(times[name][2:]), "tokens": tokens[name],
-                   "ratio": presses[name].compression_ratio if presses[name] is not None else 0.0}
-            for name in models}
+    return {
+        name: {
+            "bytes": cache_bytes(caches[name]) + mask_index_bytes(models[name]),
+            "decode_ms": 1000 * statistics.median(times[name][2:]),
+            "tokens": tokens[name],
+            "ratio": presses[name].compression_ratio if presses[name] is not None else 0.0,
+        }
+        for name in models
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--model-json", type=Path, default=Path(".cache/smollm2/model.json"),
-                        help=f"prepared model (prepared from {DEFAULT_MODEL} if missing)")
+    parser.add_argument(
+        "--model-json",
+        type=Path,
+        default=Path(".cache/smollm2/model.json"),
+        help=f"prepared model (prepared from {DEFAULT_MODEL} if missing)",
+    )
     parser.add_argument("--surrogate", default=None, help="surrogate folder or Hub id (default: random linear)")
     parser.add_argument("--contexts", type=int, nargs="+", default=[2048, 4096, 8192])
     parser.add_argument("--ratios", type=float, nargs="+", default=[0.5, 0.75])
@@ -90,7 +117,9 @@ def main() -> None:
 
     ensure_prepared(args.model_json, DEFAULT_MODEL)
     # One copy per method: kvpress masking keeps state on the attention modules, ours selects its attention.
-    loaded = {name: load(args.model_json, dtype="float32", device_map="cpu") for name in ("full", "masking", "eviction")}
+    loaded = {
+        name: load(args.model_json, dtype="float32", device_map="cpu") for name in ("full", "masking", "eviction")
+    }
     models = {name: model for name, (model, _) in loaded.items()}
     model, tokenizer = loaded["eviction"]
     if args.surrogate:
@@ -112,34 +141,41 @@ def main() -> None:
     records = []
     for n in args.contexts:
         for ratio in args.ratios:
-            presses = {"full": None,
-                       "masking": DMSPress(scorer, threshold=thresholds[ratio], sliding_window_size=args.window,
-                                           decoding=True),
-                       "eviction": KVzapPress(scorer, threshold=thresholds[ratio], window=args.window, decoding=True)}
+            presses = {
+                "full": None,
+                "masking": DMSPress(
+                    scorer, threshold=thresholds[ratio], sliding_window_size=args.window, decoding=True
+                ),
+                "eviction": KVzapPress(scorer, threshold=thresholds[ratio], window=args.window, decoding=True),
+            }
             m = decode_side_by_side(models, presses, ids[:, :n], args.decode_steps)
             full, masking, ours = m["full"], m["masking"], m["eviction"]
-            records.append({
-                "context_tokens": n, "target_ratio": ratio, "threshold": thresholds[ratio],
-                "compression_ratio": ours["ratio"], "masking_compression_ratio": masking["ratio"],
-                "bytes_vs_full": ours["bytes"] / full["bytes"], "bytes_vs_masking": ours["bytes"] / masking["bytes"],
-                "decode_ms_vs_full": ours["decode_ms"] / full["decode_ms"],
-                "decode_ms_vs_masking": ours["decode_ms"] / masking["decode_ms"],
-                "bytes": {k: v["bytes"] for k, v in m.items()}, "decode_ms": {k: v["decode_ms"] for k, v in m.items()},
-                "same_tokens_as_masking": ours["tokens"] == masking["tokens"],
-                "decode_steps": args.decode_steps, "window": args.window, "threads": args.threads,
-            })
-            print(f"[{n} tokens, target {ratio}] achieved {ours['ratio']:.3f}; MiB / ms per step: " + ", ".join(
-                f"{k} {v['bytes'] / 2**20:.1f} / {v['decode_ms']:.1f}" for k, v in m.items()), flush=True)
+            records.append(
+                {
+                    "context_tokens": n,
+                    "target_ratio": ratio,
+                    "threshold": thresholds[ratio],
+                    "compression_ratio": ours["ratio"],
+                    "masking_compression_ratio": masking["ratio"],
+                    "bytes_vs_full": ours["bytes"] / full["bytes"],
+                    "bytes_vs_masking": ours["bytes"] / masking["bytes"],
+                    "decode_ms_vs_full": ours["decode_ms"] / full["decode_ms"],
+                    "decode_ms_vs_masking": ours["decode_ms"] / masking["decode_ms"],
+                    "bytes": {k: v["bytes"] for k, v in m.items()},
+                    "decode_ms": {k: v["decode_ms"] for k, v in m.items()},
+                    "same_tokens_as_masking": ours["tokens"] == masking["tokens"],
+                    "decode_steps": args.decode_steps,
+                    "window": args.window,
+                    "threads": args.threads,
+                }
+            )
+            print(
+                f"[{n} tokens, target {ratio}] achieved {ours['ratio']:.3f}; MiB / ms per step: "
+                + ", ".join(f"{k} {v['bytes'] / 2**20:.1f} / {v['decode_ms']:.1f}" for k, v in m.items()),
+                flush=True,
+            )
     atomic_write_json(args.out, records)
-    print_table(records)
-
-
-def print_table(records: list[dict]) -> None:
-    keys = ["context_tokens", "compression_ratio", "bytes_vs_full", "bytes_vs_masking", "decode_ms_vs_full",
-            "decode_ms_vs_masking", "same_tokens_as_masking"]
-    print(" | ".join(keys))
-    for r in records:
-        print(" | ".join(f"{r[k]:.3f}" if isinstance(r[k], float) else str(r[k]) for k in keys))
+    print_table(records, COLUMNS)
 
 
 if __name__ == "__main__":

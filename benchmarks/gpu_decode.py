@@ -24,23 +24,54 @@ import time
 from pathlib import Path
 
 import torch
-from eviction import cache_bytes, mask_index_bytes
 from kvpress import DMSPress
 from transformers import DynamicCache, Qwen3Config, Qwen3ForCausalLM
 
-from kvzap.io import atomic_write_json
+from eviction import cache_bytes, mask_index_bytes
+from kvzap.atomic import atomic_write_json
 from kvzap.pruning import KVzapPress, SurrogateScorerPress
 from kvzap.pruning.calibration import collect_scores, threshold_for
 from kvzap.pruning.segments import applicable_kernels, float32_rows, segment_attention
-from kvzap.surrogate import Surrogate
+from kvzap.surrogate.model import Surrogate
+from records import print_table
 
-QWEN3_8B = dict(num_hidden_layers=36, hidden_size=4096, num_attention_heads=32, num_key_value_heads=8, head_dim=128,
-                intermediate_size=12288, vocab_size=151936, max_position_embeddings=1 << 17, rope_theta=1e6,
-                tie_word_embeddings=False)
+QWEN3_8B = dict(
+    num_hidden_layers=36,
+    hidden_size=4096,
+    num_attention_heads=32,
+    num_key_value_heads=8,
+    head_dim=128,
+    intermediate_size=12288,
+    vocab_size=151936,
+    max_position_embeddings=1 << 17,
+    rope_theta=1e6,
+    tie_word_embeddings=False,
+)
 # The same shapes' ratios (GQA 4:1), small enough for a CPU test.
-TINY = dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=8, num_key_value_heads=2, head_dim=16,
-            intermediate_size=128, vocab_size=512, max_position_embeddings=1 << 14, rope_theta=1e6,
-            tie_word_embeddings=False)
+TINY = dict(
+    num_hidden_layers=2,
+    hidden_size=64,
+    num_attention_heads=8,
+    num_key_value_heads=2,
+    head_dim=16,
+    intermediate_size=128,
+    vocab_size=512,
+    max_position_embeddings=1 << 14,
+    rope_theta=1e6,
+    tie_word_embeddings=False,
+)
+
+
+DECODE_COLUMNS = [
+    "context_tokens",
+    "target_ratio",
+    "compression_ratio",
+    "kv_bytes_vs_full",
+    "decode_ms_vs_full",
+    "decode_ms_vs_masking",
+    "max_abs_logit_diff_vs_masking",
+    "same_argmax_vs_masking",
+]
 
 
 def build_model(geometry: dict, device: str, dtype: torch.dtype):
@@ -83,12 +114,21 @@ def run_method(model, press, ids: torch.Tensor, steps: int, forced: list[int] | 
             sync(device)
             times.append(time.perf_counter() - start)
     group = model.config.num_attention_heads // model.config.num_key_value_heads
-    kernels = ({f"{t}_tokens": kernel_agreement(cache.layers[0], t, group) for t in (1, 64)}
-               if isinstance(press, KVzapPress) else None)
-    return {"kv_bytes": cache_bytes(cache) + mask_index_bytes(model), "prefill_s": prefill_s,
-            "prefill_peak_bytes": prefill_peak, "decode_ms": 1000 * statistics.median(times[2:] or times),
-            "ratio": press.compression_ratio if press is not None else 0.0, "tokens": tokens,
-            "logits": torch.stack(step_logits), "segment_kernels": kernels}
+    kernels = (
+        {f"{t}_tokens": kernel_agreement(cache.layers[0], t, group) for t in (1, 64)}
+        if isinstance(press, KVzapPress)
+        else None
+    )
+    return {
+        "kv_bytes": cache_bytes(cache) + mask_index_bytes(model),
+        "prefill_s": prefill_s,
+        "prefill_peak_bytes": prefill_peak,
+        "decode_ms": 1000 * statistics.median(times[2:] or times),
+        "ratio": press.compression_ratio if press is not None else 0.0,
+        "tokens": tokens,
+        "logits": torch.stack(step_logits),
+        "segment_kernels": kernels,
+    }
 
 
 def kernel_agreement(layer, tokens: int, group: int, kernels: list[str] | None = None) -> dict:
@@ -100,20 +140,27 @@ def kernel_agreement(layer, tokens: int, group: int, kernels: list[str] | None =
     rows, dim = packed.length.shape[0], packed.keys.shape[1]
     window_keys, window_values = (t.flatten(0, 1) for t in (layer.dense_keys, layer.dense_values))  # (R, W, D)
     gen = torch.Generator().manual_seed(tokens)
-    q = (torch.randn(rows, group * tokens, dim, generator=gen) * dim ** -0.5).to(packed.keys)  # pre-scaled
-    mask = None if tokens == 1 else torch.ones(tokens, tokens, dtype=torch.bool, device=q.device).tril().repeat(
-        group, 1)[None, None]
+    q = (torch.randn(rows, group * tokens, dim, generator=gen) * dim**-0.5).to(packed.keys)  # pre-scaled
+    mask = (
+        None
+        if tokens == 1
+        else torch.ones(tokens, tokens, dtype=torch.bool, device=q.device).tril().repeat(group, 1)[None, None]
+    )
     inputs = (q, packed, window_keys, window_values, mask, layer.removed_shape[1], layer.score_budget())
     reference = float32_rows(*inputs)
-    diffs = {kernel: (segment_attention(*inputs, kernel=kernel).float() - reference).abs().max().item()
-             for kernel in kernels or applicable_kernels(q, mask)}
+    diffs = {
+        kernel: (segment_attention(*inputs, kernel=kernel).float() - reference).abs().max().item()
+        for kernel in kernels or applicable_kernels(q, mask)
+    }
     return {"max_abs_diff_vs_float32_rows": diffs, "output_max_abs": reference.abs().max().item()}
 
 
 def agreement(a: dict, b: dict) -> dict:
     """How far two methods' next-token logits are apart over the same forced tokens."""
-    return {"max_abs_logit_diff": (a["logits"] - b["logits"]).abs().max().item(),
-            "same_argmax": (a["logits"].argmax(-1) == b["logits"].argmax(-1)).float().mean().item()}
+    return {
+        "max_abs_logit_diff": (a["logits"] - b["logits"]).abs().max().item(),
+        "same_argmax": (a["logits"].argmax(-1) == b["logits"].argmax(-1)).float().mean().item(),
+    }
 
 
 def main() -> None:
@@ -126,15 +173,16 @@ def main() -> None:
     parser.add_argument("--calibration-tokens", type=int, default=4096)
     parser.add_argument("--tiny", action="store_true", help="a small model of the same shape ratios (CPU checks)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--dtype", choices=["bfloat16", "float32"], default=None,
-                        help="default: bfloat16 on GPU, float32 on CPU")
+    parser.add_argument(
+        "--dtype", choices=["bfloat16", "float32"], default=None, help="default: bfloat16 on GPU, float32 on CPU"
+    )
     args = parser.parse_args()
     geometry = TINY if args.tiny else QWEN3_8B
     dtype = getattr(torch, args.dtype or ("bfloat16" if args.device.startswith("cuda") else "float32"))
     model = build_model(geometry, args.device, dtype)
     gen = torch.Generator().manual_seed(0)
     ids = torch.randint(0, geometry["vocab_size"], (1, max(args.contexts) + args.calibration_tokens), generator=gen)
-    calibration_ids, ids = ids[:, :args.calibration_tokens], ids[:, args.calibration_tokens:].to(args.device)
+    calibration_ids, ids = ids[:, : args.calibration_tokens], ids[:, args.calibration_tokens :].to(args.device)
 
     torch.manual_seed(0)
     surrogate = Surrogate(geometry["hidden_size"], geometry["num_key_value_heads"], geometry["num_hidden_layers"])
@@ -149,44 +197,58 @@ def main() -> None:
         report("full", n, full)
         for ratio in args.ratios:
             tau = thresholds[ratio]
-            masking = run_method(model, DMSPress(scorer, threshold=tau, sliding_window_size=args.window, decoding=True),
-                                 ids[:, :n], args.decode_steps, full["tokens"])
+            masking = run_method(
+                model,
+                DMSPress(scorer, threshold=tau, sliding_window_size=args.window, decoding=True),
+                ids[:, :n],
+                args.decode_steps,
+                full["tokens"],
+            )
             report(f"masking {ratio}", n, masking)
-            eviction = run_method(model, KVzapPress(scorer, threshold=tau, window=args.window, decoding=True),
-                                  ids[:, :n], args.decode_steps, full["tokens"])
+            eviction = run_method(
+                model,
+                KVzapPress(scorer, threshold=tau, window=args.window, decoding=True),
+                ids[:, :n],
+                args.decode_steps,
+                full["tokens"],
+            )
             report(f"eviction {ratio}", n, eviction)
             print(f"[{n} tokens] segment attention kernels vs float32 rows: {eviction['segment_kernels']}", flush=True)
             runs = {"full": full, "masking": masking, "eviction": eviction}
-            records.append({
-                "context_tokens": n, "target_ratio": ratio, "threshold": tau, "compression_ratio": eviction["ratio"],
-                "masking_compression_ratio": masking["ratio"],
-                "kv_bytes_vs_full": eviction["kv_bytes"] / full["kv_bytes"],
-                "decode_ms_vs_full": eviction["decode_ms"] / full["decode_ms"],
-                "decode_ms_vs_masking": eviction["decode_ms"] / masking["decode_ms"],
-                **{f"{key}_vs_masking": value for key, value in agreement(eviction, masking).items()},
-                **{key: {name: run[key] for name, run in runs.items()}
-                   for key in ("kv_bytes", "decode_ms", "prefill_s", "prefill_peak_bytes")},
-                "segment_kernels": eviction["segment_kernels"], "decode_steps": args.decode_steps,
-                "window": args.window, "layers": geometry["num_hidden_layers"],
-                "dtype": str(dtype).removeprefix("torch."), "device": torch.cuda.get_device_name()
-                if args.device.startswith("cuda") else "cpu",
-            })
+            records.append(
+                {
+                    "context_tokens": n,
+                    "target_ratio": ratio,
+                    "threshold": tau,
+                    "compression_ratio": eviction["ratio"],
+                    "masking_compression_ratio": masking["ratio"],
+                    "kv_bytes_vs_full": eviction["kv_bytes"] / full["kv_bytes"],
+                    "decode_ms_vs_full": eviction["decode_ms"] / full["decode_ms"],
+                    "decode_ms_vs_masking": eviction["decode_ms"] / masking["decode_ms"],
+                    **{f"{key}_vs_masking": value for key, value in agreement(eviction, masking).items()},
+                    **{
+                        key: {name: run[key] for name, run in runs.items()}
+                        for key in ("kv_bytes", "decode_ms", "prefill_s", "prefill_peak_bytes")
+                    },
+                    "segment_kernels": eviction["segment_kernels"],
+                    "decode_steps": args.decode_steps,
+                    "window": args.window,
+                    "layers": geometry["num_hidden_layers"],
+                    "dtype": str(dtype).removeprefix("torch."),
+                    "device": torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu",
+                }
+            )
     atomic_write_json(args.out, records)
-    print_table(records)
+    print_table(records, DECODE_COLUMNS)
 
 
 def report(name: str, n: int, run: dict) -> None:
     peak = "" if run["prefill_peak_bytes"] is None else f", prefill peak {run['prefill_peak_bytes'] / 2**30:.2f} GiB"
-    print(f"[{n} tokens] {name}: removed {run['ratio']:.3f}, KV {run['kv_bytes'] / 2**30:.3f} GiB, "
-          f"prefill {run['prefill_s']:.2f} s{peak}, decode {run['decode_ms']:.2f} ms/token", flush=True)
-
-
-def print_table(records: list[dict]) -> None:
-    keys = ["context_tokens", "target_ratio", "compression_ratio", "kv_bytes_vs_full", "decode_ms_vs_full",
-            "decode_ms_vs_masking", "max_abs_logit_diff_vs_masking", "same_argmax_vs_masking"]
-    print(" | ".join(keys))
-    for r in records:
-        print(" | ".join(f"{r[k]:.3f}" if isinstance(r[k], float) else str(r[k]) for k in keys))
+    print(
+        f"[{n} tokens] {name}: removed {run['ratio']:.3f}, KV {run['kv_bytes'] / 2**30:.3f} GiB, "
+        f"prefill {run['prefill_s']:.2f} s{peak}, decode {run['decode_ms']:.2f} ms/token",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

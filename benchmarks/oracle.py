@@ -1,4 +1,4 @@
-"""Oracle scoring cost: kvzap.oracle against kvpress's KVzip+ data collection, on the offline small model.
+"""Oracle scoring cost: kvzap.oracle.scores against kvpress's KVzip+ data collection, on the offline small model.
 
 The reference is kvpress's kvzap/data.py collection, written here from its description: the model loaded
 with attn_implementation="eager", one forward of the repeat prompt, and a hook per attention module that
@@ -7,7 +7,7 @@ takes the full (heads x T x T) attention weights, divides rows by ||h_j||, multi
 takes the max over rows and the GQA group, then the log. Ours is `oracle_scores(..., chunk_tokens=None)`
 (the same single-repetition definition, sdpa model). Both get the same token ids, so their log KVzip+
 scores must agree; the run fails otherwise. kvpress's own `KVzipPress(kvzip_plus_normalization=True)` is
-timed too (prefill and its chunked scoring passes; its scores are another definition, see kvzap.oracle).
+timed too (prefill and its chunked scoring passes; its scores are another definition, see kvzap.oracle.scores).
 
 Each measurement runs in a fresh subprocess (model load, a short warm-up, then the timed scoring pass) so
 one method's freed memory cannot hide the next one's. Peak memory is the peak extra memory of the scoring
@@ -34,10 +34,10 @@ import torch
 from transformers import DynamicCache
 from transformers.utils import logging
 
-from kvzap.assets import paul_graham_essays
-from kvzap.io import atomic_write_json
-from kvzap.models import ensure_prepared, load
-from kvzap.oracle import RepeatPrompt, attention_modules, build_repeat_prompt, oracle_scores
+from kvzap.atomic import atomic_write_json
+from kvzap.oracle.scores import RepeatPrompt, attention_modules, build_repeat_prompt, oracle_scores
+from kvzap.prepare.assets import paul_graham_essays
+from kvzap.prepare.models import ensure_prepared, load
 
 SMALL_MODEL = "offline/SmolLM2-135M-Instruct"
 METHODS = {"ours": "sdpa", "ref": "eager", "kvpress": "sdpa"}  # method -> attention implementation
@@ -151,13 +151,26 @@ def worker(args) -> None:
     if scores is not None:
         torch.save(scores, args.scores)
     n_ctx = prompt.context.stop - prompt.context.start
-    print(json.dumps({"seconds": seconds, "peak_mb": memory.peak / 2**20, "context": n_ctx,
-                      "prompt": prompt.repeat.stop}))
+    print(
+        json.dumps({"seconds": seconds, "peak_mb": memory.peak / 2**20, "context": n_ctx, "prompt": prompt.repeat.stop})
+    )
 
 
 def measure(args, method: str, n_tokens: int, scores: Path) -> dict:
-    command = [sys.executable, __file__, "--worker", method, "--context-tokens", str(n_tokens),
-               "--scores", str(scores), "--model-json", str(args.model_json), "--threads", str(args.threads)]
+    command = [
+        sys.executable,
+        __file__,
+        "--worker",
+        method,
+        "--context-tokens",
+        str(n_tokens),
+        "--scores",
+        str(scores),
+        "--model-json",
+        str(args.model_json),
+        "--threads",
+        str(args.threads),
+    ]
     done = subprocess.run(command, check=True, capture_output=True, text=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -186,14 +199,22 @@ def main() -> None:
         for n_tokens in args.contexts:
             runs = {m: measure(args, m, n_tokens, Path(tmp) / f"{m}.pt") for m in methods}
             diff = (torch.load(Path(tmp) / "ours.pt") - torch.load(Path(tmp) / "ref.pt")).abs().max().item()
-            record = {"context_tokens": n_tokens, "measured_context_tokens": runs["ours"]["context"],
-                      "prompt_tokens": runs["ours"]["prompt"], "max_abs_diff_log_kvzip_plus": diff,
-                      "device": "cuda" if torch.cuda.is_available() else "cpu", "threads": args.threads}
+            record = {
+                "context_tokens": n_tokens,
+                "measured_context_tokens": runs["ours"]["context"],
+                "prompt_tokens": runs["ours"]["prompt"],
+                "max_abs_diff_log_kvzip_plus": diff,
+                "device": "cuda" if torch.cuda.is_available() else "cpu",
+                "threads": args.threads,
+            }
             for m, run in runs.items():
                 record[f"{m}_tokens_per_s"] = run["context"] / run["seconds"]
                 record[f"{m}_peak_mb"] = run["peak_mb"]
-                print(f"{n_tokens:>8} {m:>8} {record[f'{m}_tokens_per_s']:>10.1f} {run['peak_mb']:>10.1f}"
-                      + (f"   {diff:.2e}" if m == "ours" else ""), flush=True)
+                print(
+                    f"{n_tokens:>8} {m:>8} {record[f'{m}_tokens_per_s']:>10.1f} {run['peak_mb']:>10.1f}"
+                    + (f"   {diff:.2e}" if m == "ours" else ""),
+                    flush=True,
+                )
             records.append(record)
             assert diff < TOLERANCE, f"ours and the reference disagree at {n_tokens} tokens: {diff:.3e}"
     atomic_write_json(args.out, records)

@@ -1,6 +1,6 @@
 """The surrogate's cost relative to one decoder layer: FLOPs (paper Table 3) and, on the small model, time.
 
-FLOPs per token and layer come from kvzap.overhead (paper App. B). Time is measured on the offline small
+FLOPs per token and layer come from kvzap.report.flops (paper App. B). Time is measured on the offline small
 model (one decoder layer vs the surrogate on the same hidden states, same run); the 8B/32B models are FLOPs
 only, from their Hub config values written below.
 
@@ -17,10 +17,10 @@ from pathlib import Path
 import torch
 from transformers.utils import logging
 
-from kvzap.io import atomic_write_json
-from kvzap.models import ensure_prepared, load
-from kvzap.overhead import LayerShape, mlp_hidden, share
-from kvzap.surrogate import Surrogate
+from kvzap.atomic import atomic_write_json
+from kvzap.prepare.models import ensure_prepared, load
+from kvzap.report.flops import LayerShape, mlp_hidden, share
+from kvzap.surrogate.model import Surrogate
 
 # From each model's config.json on the Hub (paper Table 3).
 CONFIGS = {
@@ -73,8 +73,13 @@ def main() -> None:
     for name, shape in [(SMALL_MODEL, small), *CONFIGS.items()]:
         for kind, hidden in (("linear", None), ("mlp", mlp_hidden(shape))):
             flops_share = share(shape, kind)
-            record = {"model": name, "surrogate": kind, "flops_share": flops_share, "time_share": None,
-                      "mlp_hidden": hidden}
+            record = {
+                "model": name,
+                "surrogate": kind,
+                "flops_share": flops_share,
+                "time_share": None,
+                "mlp_hidden": hidden,
+            }
             if name == SMALL_MODEL:
                 surrogate = Surrogate(shape.D_h, shape.H, model.config.num_hidden_layers, hidden).eval()
                 record["time_share"] = measured_share(model, surrogate, args.tokens, args.repeats)

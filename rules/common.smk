@@ -1,19 +1,26 @@
-# The plan (checks, sweep, paths, command lines) lives in kvzap.plan; these are its Snakemake bindings.
+# The plan (checks, sweep, paths, command lines) lives in kvzap.plan; these are its Snakemake bindings, and every
+# function the rules call is here.
 import os
 import re
 
-from kvzap import plan, registry
+from kvzap.evaluation import methods
+from kvzap.plan import checks, commands, errors, paths, sweep
+from kvzap.report import outputs
 
 RESULTS = config["results"]
-PYTHON = "python"  # the environment's interpreter: the venv's, or envs/kvzap.yaml's with --sdm conda
 ENV = "../envs/kvzap.yaml"  # every rule's conda environment (used only with --sdm conda)
-# Jobs import kvzap from this checkout whatever the environment (the conda env holds only the dependencies).
+# Jobs import kvzap from this checkout whatever the environment (the conda env holds only the dependencies);
+# envvars hands the variable on to cluster jobs.
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [f"{workflow.basedir}/../src", os.environ.get("PYTHONPATH")]))
-LOGS = f"{RESULTS}/logs"
+
+
+envvars:
+    "PYTHONPATH",
+
 
 try:
-    plan.check(config)
-except plan.ConfigError as err:
+    checks.check(config)
+except errors.ConfigError as err:
     raise SystemExit(str(err)) from None
 
 
@@ -27,8 +34,8 @@ wildcard_constraints:
 
 
 def model_resource(stage, key):
-    """A rule's resource from models.<model>.resources.<stage> (kvzap.plan.RESOURCE_DEFAULTS otherwise)."""
-    return lambda wildcards, attempt=1: plan.resource(config, wildcards.model, stage, key, attempt)
+    """A rule's resource from models.<model>.resources.<stage> (kvzap.plan.commands.RESOURCE_DEFAULTS otherwise)."""
+    return lambda wildcards, attempt=1: commands.resource(config, wildcards.model, stage, key, attempt)
 
 
 def slurm_placement():
@@ -36,5 +43,88 @@ def slurm_placement():
     return {f"slurm_{k}": v for k, v in config.get("slurm", {}).items() if v}
 
 
-def surrogate_dir(model, kind):
-    return plan.surrogate_dir(RESULTS, model, kind)
+def stage_resources(stage):
+    """A per-model rule's cluster resources for its stage (models.<model>.resources.<stage>) and placement."""
+    return {**slurm_placement(), **{key: model_resource(stage, key) for key in ("gpu", "mem_mb", "runtime")}}
+
+
+def report_resources():
+    """The resources of the report rules (tables, figures): no GPU, whatever the models."""
+    return {**slurm_placement(), "gpu": 0, "mem_mb": 4000, "runtime": 30}
+
+
+def log_file(*parts):
+    return paths.log(RESULTS, *parts)
+
+
+# ------------------------------------------------------------------ evaluation
+
+
+def evaluate_inputs(wc):
+    inputs = {"model": paths.model_json(RESULTS, wc.model)}
+    surrogate = methods.METHODS[wc.method].surrogate
+    if surrogate:
+        inputs["surrogate"] = f"{paths.surrogate_dir(RESULTS, wc.model, surrogate)}/model.safetensors"
+    return inputs
+
+
+def cell_files(bench, name, shard="{shard}", n_shards=1, model="{model}", method="{method}", value="{value}"):
+    """Per-subset files of one evaluation job (its shard folders, or the cells themselves)."""
+    subsets = config["evaluation"]["benchmarks"][bench]["subsets"]
+    cells = [sweep.Cell(model, bench, subset, method, value) for subset in subsets]
+    return [f"{paths.shard_dir(RESULTS, cell, shard, n_shards)}/{name}" for cell in cells]
+
+
+def shard_metrics(bench, n_shards):
+    """What one merge reads: every shard's metrics of every subset."""
+    return lambda wc: [
+        f
+        for k in range(n_shards)
+        for f in cell_files(bench, "metrics.json", k, n_shards, wc.model, wc.method, wc.value)
+    ]
+
+
+# ------------------------------------------------------------------ report
+
+
+def all_cell_metrics(wc=None):
+    """Every cell; with tables.allow_missing (after a `--keep-going` run) only those that exist now."""
+    cells = commands.cell_metrics(config)
+    return [c for c in cells if os.path.exists(c)] if config["tables"]["allow_missing"] else cells
+
+
+def surrogate_metrics(wc=None):
+    return [metrics for _, metrics in commands.surrogate_metrics(config)]
+
+
+def figure_predictions(wc):
+    files = commands.figure_inputs(config, wc.name)["predictions"]
+    return [f for f in files if os.path.exists(f)] if config["tables"]["allow_missing"] else files
+
+
+def table_outputs():
+    """Every table as a report item: the Snakemake report shows each CSV with its title."""
+    return {
+        name: report(
+            paths.table(RESULTS, name),
+            caption="../workflow/report/table.rst",
+            category="Tables",
+            labels={"table": name, "title": title.format(tolerance=config["tables"]["tolerance"])},
+        )
+        for name, title in outputs.TABLES.items()
+    }
+
+
+# ------------------------------------------------------------------ publish
+
+
+def published_surrogates(wc=None):
+    """Folders of every trained surrogate; an empty namespace fails when publish is requested."""
+    if not config["publish"]["namespace"]:
+        errors.fail(
+            "publish.namespace",
+            "",
+            "empty, and `snakemake publish` needs it",
+            'set it to your Hub user or organisation (e.g. --config publish="{namespace: me}")',
+        )
+    return [paths.surrogate_dir(RESULTS, m, k) for m in config["models"] for k in config["training"]["surrogates"]]

@@ -3,24 +3,10 @@
 # split entry writes per-subset shard folders, and one local merge per (model, entry, method, value) joins and
 # scores each subset's shards into its cell.
 
-
-def evaluate_inputs(wc):
-    inputs = {"model": f"{RESULTS}/{wc.model}/model.json"}
-    surrogate = registry.METHODS[wc.method].surrogate
-    if surrogate:
-        inputs["surrogate"] = f"{surrogate_dir(wc.model, surrogate)}/model.safetensors"
-    return inputs
-
-
-def cell_files(bench, name, shard="{shard}", n_shards=None):
-    """Per-subset files of one job (wildcards model, method, value left open), shard folders or the cells."""
-    spec = config["evaluation"]["benchmarks"][bench]
-    folder = "" if n_shards in (None, 1) else f"/shards/{shard}-of-{n_shards}"
-    return [f"{RESULTS}/{{model}}/eval/{bench}/{subset}/{{method}}/{{value}}{folder}/{name}" for subset in spec["subsets"]]
-
-
 for BENCH, SPEC in config["evaluation"]["benchmarks"].items():
     RULE_ID = BENCH.replace("-", "_").replace(".", "_")
+    N_SHARDS = SPEC["shards"]
+    JOB_LOG = "{model}", BENCH, "{method}", "{value}"
 
     rule:
         name:
@@ -28,40 +14,40 @@ for BENCH, SPEC in config["evaluation"]["benchmarks"].items():
         input:
             unpack(evaluate_inputs),
         output:
-            cell_files(BENCH, "metrics.json", n_shards=SPEC["shards"]) + cell_files(BENCH, "predictions.csv", n_shards=SPEC["shards"]),
-        params:
-            args=lambda wc, bench=BENCH, n=SPEC["shards"]: plan.evaluate_args(
-                config, wc.model, bench, wc.method, wc.value, int(wc.get("shard", 0)), n),
+            cell_files(BENCH, "metrics.json", n_shards=N_SHARDS)
+            + cell_files(BENCH, "predictions.csv", n_shards=N_SHARDS),
+        log:
+            log_file("evaluate", *JOB_LOG, f"{{shard}}-of-{N_SHARDS}")
+            if N_SHARDS > 1
+            else log_file("evaluate", *JOB_LOG),
         conda:
             ENV
-        log:
-            f"{LOGS}/evaluate/{{model}}/{BENCH}/{{method}}/{{value}}/{{shard}}-of-{SPEC['shards']}.log"
-            if SPEC["shards"] > 1 else f"{LOGS}/evaluate/{{model}}/{BENCH}/{{method}}/{{value}}.log",
         threads: model_resource("evaluate", "cpus")
         resources:
-            **slurm_placement(),
-            gpu=model_resource("evaluate", "gpu"),
-            mem_mb=model_resource("evaluate", "mem_mb"),
-            runtime=model_resource("evaluate", "runtime"),
+            **stage_resources("evaluate"),
+        params:
+            args=lambda wc, bench=BENCH, n=N_SHARDS: commands.evaluate_args(
+                config, wc.model, bench, wc.method, wc.value, int(wc.get("shard", 0)), n
+            ),
         shell:
-            "OMP_NUM_THREADS={threads} {PYTHON} -m kvzap.evaluate --model {input.model} {params.args} > {log} 2>&1"
+            "OMP_NUM_THREADS={threads} python -m kvzap.evaluation.job --model {input.model} {params.args} > {log} 2>&1"
 
-    if SPEC["shards"] == 1:
+    if N_SHARDS == 1:
         continue
 
     rule:
         name:
             f"merge_{RULE_ID}"
         input:
-            lambda wc, bench=BENCH, n=SPEC["shards"]: [f.format(model=wc.model, method=wc.method, value=wc.value) for k in range(n) for f in cell_files(bench, "metrics.json", k, n)],
+            shard_metrics(BENCH, N_SHARDS),
         output:
             cell_files(BENCH, "metrics.json") + cell_files(BENCH, "predictions.csv"),
-        params:
-            args=lambda wc, bench=BENCH: plan.merge_args(config, wc.model, bench, wc.method, wc.value),
+        log:
+            log_file("merge", *JOB_LOG),
+        localrule: True
         conda:
             ENV
-        log:
-            f"{LOGS}/merge/{{model}}/{BENCH}/{{method}}/{{value}}.log",
-        localrule: True
+        params:
+            args=lambda wc, bench=BENCH: commands.merge_args(config, wc.model, bench, wc.method, wc.value),
         shell:
-            "{PYTHON} -m kvzap.merge {params.args} > {log} 2>&1"
+            "python -m kvzap.evaluation.merge {params.args} > {log} 2>&1"

@@ -1,22 +1,21 @@
 rule oracle_data:
     """KVzip+ oracle scores and attention inputs on the training corpus, streamed to shards (resumable)."""
     input:
-        f"{RESULTS}/{{model}}/model.json",
+        paths.model_json(RESULTS, "{model}"),
     output:
-        train=f"{RESULTS}/{{model}}/oracle/train/manifest.json",
-        test=f"{RESULTS}/{{model}}/oracle/test/manifest.json",
-    params:
-        args=lambda wc: plan.oracle_args(config, wc.model),
+        train=paths.oracle_manifest(RESULTS, "{model}", "train"),
+        test=paths.oracle_manifest(RESULTS, "{model}", "test"),
+    log:
+        log_file("oracle", "{model}"),
+    priority: 10  # the critical path: run before evaluation cells that do not wait for it
     conda:
         ENV
-    log:
-        f"{LOGS}/oracle/{{model}}.log",
     threads: model_resource("oracle", "cpus")
-    priority: 10  # the critical path: run before evaluation cells that do not wait for it
     resources:
-        **slurm_placement(),
-        gpu=model_resource("oracle", "gpu"),
-        mem_mb=model_resource("oracle", "mem_mb"),
-        runtime=model_resource("oracle", "runtime"),
+        **stage_resources("oracle"),
+    params:
+        args=lambda wc: commands.oracle_args(config, wc.model),
+        out=lambda wc: paths.oracle_dir(RESULTS, wc.model),
     shell:
-        "OMP_NUM_THREADS={threads} {PYTHON} -m kvzap.collect --model {input} {params.args} --out {RESULTS}/{wildcards.model}/oracle > {log} 2>&1"
+        "OMP_NUM_THREADS={threads} python -m kvzap.oracle.collect --model {input} {params.args} "
+        "--out {params.out} > {log} 2>&1"

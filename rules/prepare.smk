@@ -1,17 +1,14 @@
 rule prepare_model:
     """Pin the Hub snapshot, or turn a package-shipped GGUF into a plain HF folder (offline demo)."""
     output:
-        f"{RESULTS}/{{model}}/model.json",
-    params:
-        args=lambda wc: plan.prepare_args(config, wc.model),
+        paths.model_json(RESULTS, "{model}"),
+    log:
+        log_file("prepare", "{model}"),
     conda:
         ENV
-    log:
-        f"{LOGS}/prepare/{{model}}.log",
     resources:
-        **slurm_placement(),
-        gpu=0,
-        mem_mb=model_resource("prepare", "mem_mb"),
-        runtime=model_resource("prepare", "runtime"),
+        **stage_resources("prepare"),
+    params:
+        args=lambda wc: commands.prepare_args(config, wc.model),
     shell:
-        "{PYTHON} -m kvzap.models {params.args} --out {RESULTS}/{wildcards.model} > {log} 2>&1"
+        "python -m kvzap.prepare.models {params.args} --out $(dirname {output}) > {log} 2>&1"

@@ -1,26 +1,29 @@
 rule train_surrogate:
     """KVzap-Linear (ridge) or KVzap-MLP on the oracle shards, with R^2 per (layer, head) on held-out prompts."""
     input:
-        train=f"{RESULTS}/{{model}}/oracle/train/manifest.json",
-        test=f"{RESULTS}/{{model}}/oracle/test/manifest.json",
+        train=paths.oracle_manifest(RESULTS, "{model}", "train"),
+        test=paths.oracle_manifest(RESULTS, "{model}", "test"),
     output:
-        weights=f"{RESULTS}/{{model}}/surrogates/{{kind}}/model.safetensors",
-        config=f"{RESULTS}/{{model}}/surrogates/{{kind}}/config.json",
-        metrics=f"{RESULTS}/{{model}}/surrogates/{{kind}}/metrics.json",
-        predictions=f"{RESULTS}/{{model}}/surrogates/{{kind}}/test_predictions.safetensors",
-    params:
-        args=lambda wc: plan.train_args(config, wc.kind),  # only this kind's settings: alpha reruns linear alone
+        **{
+            name: f"{paths.surrogate_dir(RESULTS, '{model}', '{kind}')}/{name}.{suffix}"
+            for name, suffix in (
+                ("model", "safetensors"),
+                ("config", "json"),
+                ("metrics", "json"),
+                ("test_predictions", "safetensors"),
+            )
+        },
+    log:
+        log_file("train", "{model}-{kind}"),
+    priority: 10  # the critical path: run before evaluation cells that do not wait for it
     conda:
         ENV
-    log:
-        f"{LOGS}/train/{{model}}-{{kind}}.log",
     threads: model_resource("train", "cpus")
-    priority: 10  # the critical path: run before evaluation cells that do not wait for it
     resources:
-        **slurm_placement(),
-        gpu=model_resource("train", "gpu"),
-        mem_mb=model_resource("train", "mem_mb"),
-        runtime=model_resource("train", "runtime"),
+        **stage_resources("train"),
+    params:
+        args=lambda wc: commands.train_args(config, wc.kind),  # only this kind's settings: alpha reruns linear alone
+        data=lambda wc: paths.oracle_dir(RESULTS, wc.model),
     shell:
-        "OMP_NUM_THREADS={threads} {PYTHON} -m kvzap.train {params.args} --data {RESULTS}/{wildcards.model}/oracle "
-        "--out {RESULTS}/{wildcards.model}/surrogates/{wildcards.kind} > {log} 2>&1"
+        "OMP_NUM_THREADS={threads} python -m kvzap.surrogate.train {params.args} --data {params.data} "
+        "--out $(dirname {output.model}) > {log} 2>&1"

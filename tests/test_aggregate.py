@@ -1,4 +1,4 @@
-"""kvzap.aggregate: every table written, and partial studies (missing cells) never pass unmarked."""
+"""kvzap.report.aggregate: every table written, and partial studies (missing cells) never pass unmarked."""
 
 import json
 import os
@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from cell_fixtures import cell_dir, write_aime_cell, write_cell
-from kvzap import aggregate
+from kvzap.report import aggregate
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 CELL_TABLES = ("results", "best", "best_auto", "aime_rollouts", "window_ablation")
@@ -19,11 +19,13 @@ CELL_TABLES = ("results", "best", "best_auto", "aime_rollouts", "window_ablation
 @pytest.fixture
 def cells(tmp_path):
     root = tmp_path / "results"
-    paths = [write_cell(root, "m", "longbench", "lcc", "full", None, ratio=0.0, average=60.0),
-             write_cell(root, "m", "longbench", "lcc", "kvzap_mlp", -4.0, ratio=0.6, average=59.5),
-             write_cell(root, "m", "longbench", "lcc", "kvzap_mlp_w0", -4.0, ratio=0.3, average=40.0),
-             write_aime_cell(root, "m", "full", None, [[True, True], [False, True]], ratio=0.0),
-             write_aime_cell(root, "m", "kvzap_mlp", -4.0, [[True, False], [False, True]], ratio=0.7)]
+    paths = [
+        write_cell(root, "m", "longbench", "lcc", "full", None, ratio=0.0, average=60.0),
+        write_cell(root, "m", "longbench", "lcc", "kvzap_mlp", -4.0, ratio=0.6, average=59.5),
+        write_cell(root, "m", "longbench", "lcc", "kvzap_mlp_w0", -4.0, ratio=0.3, average=40.0),
+        write_aime_cell(root, "m", "full", None, [[True, True], [False, True]], ratio=0.0),
+        write_aime_cell(root, "m", "kvzap_mlp", -4.0, [[True, False], [False, True]], ratio=0.7),
+    ]
     return root, paths
 
 
@@ -39,13 +41,17 @@ def test_allow_missing_names_the_missing_cells_and_marks_every_table_partial(cel
     root, paths = cells
     lost = cell_dir(root, "m", "longbench", "qasper", "kvzap_mlp", -4.0) / "metrics.json"
     out = tmp_path / "tables"
-    results = aggregate.aggregate(paths + [lost], [], out, allow_missing=True,
-                                  table2_choice={"m": {"method": "kvzap_mlp", "value": -4}})
+    results = aggregate.aggregate(
+        paths + [lost], [], out, allow_missing=True, table2_choice={"m": {"method": "kvzap_mlp", "value": -4}}
+    )
     assert len(results) == len(paths)
     missing = pd.read_csv(out / "missing.csv")
     assert missing["path"].tolist() == [str(lost)]  # the path names model, benchmark, subset, method, value
     markdown = (out / "results.md").read_text()
-    assert markdown.startswith("# PARTIAL RESULTS: 1 of 6 expected cells are missing") and str(lost) in markdown.split("##")[0]
+    assert (
+        markdown.startswith("# PARTIAL RESULTS: 1 of 6 expected cells are missing")
+        and str(lost) in markdown.split("##")[0]
+    )
     for name in CELL_TABLES:
         table = pd.read_csv(out / f"{name}.csv")
         assert len(table) and table["partial"].all(), name
@@ -72,15 +78,35 @@ def test_cli_writes_tables_2_and_3(cells, tmp_path):
     _, paths = cells
     hf = tmp_path / "hf"
     hf.mkdir()
-    (hf / "config.json").write_text(json.dumps(dict(hidden_size=4096, num_attention_heads=32, num_key_value_heads=8,
-                                                    head_dim=128, intermediate_size=12288)))
+    (hf / "config.json").write_text(
+        json.dumps(
+            dict(hidden_size=4096, num_attention_heads=32, num_key_value_heads=8, head_dim=128, intermediate_size=12288)
+        )
+    )
     record = tmp_path / "results" / "m" / "model.json"
     record.write_text(json.dumps({"path": str(hf)}))
     out = tmp_path / "tables"
     env = {**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    subprocess.run([sys.executable, "-m", "kvzap.aggregate", "--cells", *map(str, paths), "--out", str(out),
-                    "--table2", json.dumps({"m": {"method": "kvzap_mlp", "value": -4}}), "--tolerance", "0.5",
-                    "--models", str(record)], check=True, env=env, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kvzap.report.aggregate",
+            "--cells",
+            *map(str, paths),
+            "--out",
+            str(out),
+            "--table2",
+            json.dumps({"m": {"method": "kvzap_mlp", "value": -4}}),
+            "--tolerance",
+            "0.5",
+            "--models",
+            str(record),
+        ],
+        check=True,
+        env=env,
+        capture_output=True,
+    )
     best = pd.read_csv(out / "best.csv").set_index("benchmark")
     assert best.loc["longbench", ["full", "kvzap", "compression_ratio"]].tolist() == [60.0, 59.5, 0.6]
     assert best.loc["average", "compression_ratio"] == pytest.approx((0.6 + 0.7) / 2)

@@ -6,14 +6,22 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from kvzap.benchmarks import aime
+from kvzap.evaluation.suites import aime
 
 FIXTURES = Path(__file__).parent / "fixtures" / "aime25"
 
 
 def test_generation_protocol():
-    assert aime.GENERATION == dict(do_sample=True, temperature=0.6, top_p=0.95, top_k=20, n_rollouts=4,
-                                   max_new_tokens=32000, enable_thinking=True, decoding_compression=True)
+    assert aime.GENERATION == dict(
+        do_sample=True,
+        temperature=0.6,
+        top_p=0.95,
+        top_k=20,
+        n_rollouts=4,
+        max_new_tokens=32000,
+        enable_thinking=True,
+        decoding_compression=True,
+    )
 
 
 def test_load_hub_schema_fixture():
@@ -44,12 +52,14 @@ def test_offline_conflicting_answers_raise():
 
 def test_offline_missing_file_says_how_to_fetch(monkeypatch, tmp_path):
     monkeypatch.setenv(aime.ENV_JSON, str(tmp_path / "absent.json"))
-    with pytest.raises(FileNotFoundError, match="kvzap.benchmarks.aime fetch"):
+    with pytest.raises(FileNotFoundError, match="kvzap.evaluation.suites.aime fetch"):
         aime.load("offline", "aime25", None, None, 0)
 
 
-@pytest.mark.skipif(not aime.offline_json_path().exists() or aime.ENV_JSON in __import__("os").environ,
-                    reason="the real llama.cpp AIME file is not cached here")
+@pytest.mark.skipif(
+    not aime.offline_json_path().exists() or aime.ENV_JSON in __import__("os").environ,
+    reason="the real llama.cpp AIME file is not cached here",
+)
 def test_real_offline_file_has_the_30_problems():
     df = aime.load("offline", "aime25", None, None, 0)
     assert len(df) == 30 and df["sample_id"].is_unique
@@ -62,8 +72,9 @@ def test_score_pass_at_1_and_4():
     for sample_id, answer, boxes in [("p0", "70", ["70", "3", "70", None]), ("p1", "117", ["1", "2", None, None])]:
         for rollout, box in enumerate(boxes):
             text = "thinking..." if box is None else rf"so \boxed{{{box}}}"
-            rows.append({"sample_id": sample_id, "task": "aime25", "answers": [answer], "prediction": text,
-                         "rollout": rollout})
+            rows.append(
+                {"sample_id": sample_id, "task": "aime25", "answers": [answer], "prediction": text, "rollout": rollout}
+            )
     result = aime.score(pd.DataFrame(rows))
     # p0: 2/4 correct, p1: 0/4. pass@1 = (0.5 + 0) / 2 = 25 %, pass@4 = (1 + 0) / 2 = 50 %.
     assert result["pass@1"] == 25.0 and result["average"] == 25.0 and result["per_task"] == {"aime25": 25.0}

@@ -1,6 +1,6 @@
 """A job killed halfway (SIGKILL: no cleanup runs) leaves no output that looks complete.
 
-kvzap.io writes to a temporary file beside the output and renames it into place only when the write
+kvzap.atomic writes to a temporary file beside the output and renames it into place only when the write
 finished; Snakemake additionally marks a running job's outputs incomplete until the job returns.
 """
 
@@ -15,15 +15,14 @@ from pathlib import Path
 
 import pytest
 
-
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 
-# Writes half its payload through kvzap.io, announces it, then hangs until killed.
+# Writes half its payload through kvzap.atomic, announces it, then hangs until killed.
 WRITER = textwrap.dedent("""
     import sys, time
     from pathlib import Path
-    from kvzap.io import atomic_path
+    from kvzap.atomic import atomic_path
     target, ready = Path(sys.argv[1]), Path(sys.argv[2])
     with atomic_path(target) as tmp:
         with open(tmp, "w") as f:
@@ -74,22 +73,36 @@ def test_killed_rewrite_keeps_the_previous_complete_output(tmp_path):
 def test_snakemake_reruns_a_job_killed_halfway(tmp_path):
     """Kill the whole Snakemake run mid-job: the next dry run must still schedule that job."""
     (tmp_path / "writer.py").write_text(WRITER)
-    (tmp_path / "Snakefile").write_text(textwrap.dedent(f"""
+    (tmp_path / "Snakefile").write_text(
+        textwrap.dedent(f"""
         rule write:
             output: "results/metrics.json"
             shell: "{sys.executable} writer.py {{output}} ready"
-    """))
+    """)
+    )
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    run = subprocess.Popen([*SNAKEMAKE, "--cores", "1"], cwd=tmp_path, env=env, start_new_session=True,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    run = subprocess.Popen(
+        [*SNAKEMAKE, "--cores", "1"],
+        cwd=tmp_path,
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         wait_for(tmp_path / "ready", run)
     finally:
         os.killpg(run.pid, signal.SIGKILL)  # snakemake and its job: no handler gets to clean up
         run.wait()
     assert not (tmp_path / "results" / "metrics.json").exists()
-    dry = subprocess.run([*SNAKEMAKE, "-n", "--cores", "1", "--rerun-incomplete"], cwd=tmp_path, env=env,
-                         capture_output=True, text=True, timeout=120)
+    dry = subprocess.run(
+        [*SNAKEMAKE, "-n", "--cores", "1", "--rerun-incomplete"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert dry.returncode == 0, dry.stderr
     assert "rule write:" in dry.stdout + dry.stderr
 
@@ -100,7 +113,7 @@ def test_outputs_are_created_with_the_users_umask(tmp_path, umask):
     import torch
     from safetensors.torch import save_file
 
-    from kvzap.io import atomic_path, atomic_write_json
+    from kvzap.atomic import atomic_path, atomic_write_json
 
     previous = os.umask(umask)
     try:

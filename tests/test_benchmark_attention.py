@@ -14,9 +14,32 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_attention_script_writes_query_and_prefill_records(tmp_path):
     out = tmp_path / "attention.json"
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1"}
-    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "attention.py"), "--contexts", "600", "--queries", "64",
-                    "--prefill-contexts", "700", "--chunk", "256", "--calibration-tokens", "400", "--ratios", "0.5",
-                    "--repeats", "1", "--out", str(out)], check=True, env=env, capture_output=True, text=True)
+    subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "attention.py"),
+            "--contexts",
+            "600",
+            "--queries",
+            "64",
+            "--prefill-contexts",
+            "700",
+            "--chunk",
+            "256",
+            "--calibration-tokens",
+            "400",
+            "--ratios",
+            "0.5",
+            "--repeats",
+            "1",
+            "--out",
+            str(out),
+        ],
+        check=True,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     query, prefill = json.loads(out.read_text())
     assert query["query_tokens"] == 64 and abs(query["compression_ratio"] - 0.5 * (600 - 128) / 600) < 0.02
     assert prefill["context_tokens"] == 700 and prefill["chunk_tokens"] == 256

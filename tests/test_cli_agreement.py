@@ -1,5 +1,5 @@
 """The rules' command lines (kvzap.plan) and the modules' CLIs agree: every flag the plan passes parses, and no
-setting the plan passes has a second default in a CLI (its one default is in config/schema.json)."""
+setting the plan passes has a second default in a CLI (its one default is in src/kvzap/plan/config.schema.json)."""
 
 from __future__ import annotations
 
@@ -10,14 +10,17 @@ import pytest
 import yaml
 from snakemake.utils import validate as fill_defaults
 
-from kvzap import collect, evaluate, plan, train
+from kvzap.evaluation import job
+from kvzap.oracle import collect
+from kvzap.plan import commands, schema, sweep
+from kvzap.surrogate import settings, train
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def planned(name: str) -> dict:
     config = yaml.safe_load((ROOT / "config" / name).read_text())
-    fill_defaults(config, str(ROOT / "config" / "schema.json"))
+    fill_defaults(config, str(schema.SCHEMA))
     return config
 
 
@@ -31,21 +34,33 @@ def _no_second_default(parser, words: list[str]) -> None:
 def test_plan_command_lines_parse(name):
     config = planned(name)
     model = next(iter(config["models"]))
-    words = shlex.split(plan.oracle_args(config, model)) + ["--model", "m.json", "--out", "o"]
+    words = shlex.split(commands.oracle_args(config, model)) + ["--model", "m.json", "--out", "o"]
     args = collect.build_parser().parse_args(words)
-    assert (args.min_tokens, args.n_train, args.seed) == (config["oracle"]["min_tokens"], config["oracle"]["n_train"],
-                                                           config["seed"])
+    assert (args.min_tokens, args.n_train, args.seed) == (
+        config["oracle"]["min_tokens"],
+        config["oracle"]["n_train"],
+        config["seed"],
+    )
     _no_second_default(collect.build_parser(), words)
     for kind in ("linear", "mlp"):
-        words = shlex.split(plan.train_args(config, kind)) + ["--data", "d", "--out", "o"]
+        words = shlex.split(commands.train_args(config, kind)) + ["--data", "d", "--out", "o"]
         args = train.build_parser().parse_args(words)
-        for key in plan.TRAINING_KEYS[kind]:
+        for key in settings.TRAINING_KEYS[kind]:
             assert getattr(args, key) == config["training"][key]
         _no_second_default(train.build_parser(), words)
-    for cell in plan.cells(config)[:50]:
-        words = shlex.split(plan.evaluate_args(config, cell.model, cell.bench, cell.method, cell.value, 0,
-                                               config["evaluation"]["benchmarks"][cell.bench]["shards"]))
-        args = evaluate.parse_args(["--model", "m.json", *words])
+    for cell in sweep.cells(config)[:50]:
+        words = shlex.split(
+            commands.evaluate_args(
+                config,
+                cell.model,
+                cell.bench,
+                cell.method,
+                cell.value,
+                0,
+                config["evaluation"]["benchmarks"][cell.bench]["shards"],
+            )
+        )
+        args = job.parse_args(["--model", "m.json", *words])
         assert args.method == cell.method and args.subsets == config["evaluation"]["benchmarks"][cell.bench]["subsets"]
         assert len(args.out) == len(args.subsets)
 

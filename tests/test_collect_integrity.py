@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from kvzap import collect
-from kvzap.collect import collect_split
+from kvzap.oracle import collect
+from kvzap.oracle.collect import collect_split
 from test_collect_train import RECORD, SETTINGS, _collect, _prompts, _synthetic_split
 from tiny_models import tiny_model, tiny_tokenizer
 
@@ -27,12 +27,15 @@ def _count_oracle_calls(monkeypatch) -> list[int]:
     return calls
 
 
-@pytest.mark.parametrize("change", [
-    {"model_record": {**RECORD, "revision": "new-snapshot"}},
-    {"tokens_per_prompt": 8},
-    {"seed": 2},
-    {"prompts": "other texts"},
-])
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"model_record": {**RECORD, "revision": "new-snapshot"}},
+        {"tokens_per_prompt": 8},
+        {"seed": 2},
+        {"prompts": "other texts"},
+    ],
+)
 def test_any_change_that_alters_the_shards_restarts_collection(tmp_path, monkeypatch, change):
     manifest, model, tok = _collect(tmp_path)
     calls = _count_oracle_calls(monkeypatch)
@@ -64,7 +67,7 @@ def test_settings_record_the_model_revision(tmp_path):
 def _data_section(path):
     raw = path.read_bytes()
     (length,) = struct.unpack("<Q", raw[:8])
-    return raw, 8 + length, json.loads(raw[8:8 + length])
+    return raw, 8 + length, json.loads(raw[8 : 8 + length])
 
 
 def test_shard_checksum_covers_the_tensor_bytes(tmp_path):
@@ -76,18 +79,18 @@ def test_shard_checksum_covers_the_tensor_bytes(tmp_path):
         digest = hashlib.sha256()
         for name in sorted(k for k in header if k != "__metadata__"):
             begin, end = header[name]["data_offsets"]
-            digest.update(raw[start + begin: start + end])
+            digest.update(raw[start + begin : start + end])
         assert json.loads(header["__metadata__"]["record"])["sha256"] == entry["sha256"] == digest.hexdigest()
 
 
 def test_corrupted_tensor_data_is_refused(tmp_path):
-    from kvzap.shards import read_shard
+    from kvzap.oracle.shards import read_shard
 
     _collect(tmp_path)
     path = tmp_path / "shard-00000.safetensors"
     raw, start, _ = _data_section(path)
     corrupted = bytearray(raw)
-    corrupted[start + 100: start + 164] = np.random.default_rng(0).bytes(64)
+    corrupted[start + 100 : start + 164] = np.random.default_rng(0).bytes(64)
     path.write_bytes(bytes(corrupted))
     with pytest.raises(ValueError, match=r"shard-00000.*sha256.*Delete it and rerun the oracle stage"):
         read_shard(path)
@@ -114,7 +117,7 @@ def test_non_finite_oracle_output_is_not_written(tmp_path, monkeypatch):
 
 def test_memory_mapped_rows_equal_the_loaded_shards(tmp_path):
     """Global indices run shard after shard; bf16 comes back bit-exact through its int16 storage."""
-    from kvzap.shards import ShardRows, read_shard
+    from kvzap.oracle.shards import ShardRows, read_shard
 
     x, _ = _synthetic_split(tmp_path / "train", n=50, shard=20, dtype=torch.bfloat16)
     paths = sorted((tmp_path / "train").glob("shard-*"))

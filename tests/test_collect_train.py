@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from kvzap import train
-from kvzap.collect import collect_split
-from kvzap.corpus import Prompt
-from kvzap.shards import read_shard, write_shard
+from kvzap.oracle.collect import collect_split
+from kvzap.oracle.corpus import Prompt
+from kvzap.oracle.shards import read_shard, write_shard
+from kvzap.surrogate import train
 from tiny_models import TEXT, tiny_model, tiny_tokenizer
 
 SETTINGS = {"test": 1}
@@ -17,14 +17,27 @@ RECORD = {"model_id": "tiny", "revision": "none"}
 
 
 def _prompts(n):
-    return [Prompt("s", i, TEXT[i * 13: i * 13 + 150]) for i in range(n)]
+    return [Prompt("s", i, TEXT[i * 13 : i * 13 + 150]) for i in range(n)]
 
 
 def _collect(tmp_path, n_prompts=4):
     tok = tiny_tokenizer()
     model = tiny_model("llama", len(tok))
-    return collect_split(model, tok, _prompts(n_prompts), tmp_path, SETTINGS, tokens_per_prompt=10,
-                         shard_tokens=15, seed=1, model_record=RECORD), model, tok
+    return (
+        collect_split(
+            model,
+            tok,
+            _prompts(n_prompts),
+            tmp_path,
+            SETTINGS,
+            tokens_per_prompt=10,
+            shard_tokens=15,
+            seed=1,
+            model_record=RECORD,
+        ),
+        model,
+        tok,
+    )
 
 
 def test_collection_shards_and_resume(tmp_path):
@@ -54,18 +67,34 @@ def test_truncated_shard_named(tmp_path):
 
 
 def _synthetic_split(folder, n=600, layers=2, dim=12, heads=2, seed=0, shard=200, dtype=torch.float32):
-    """Shards of y = x W - 6 + noise (prompt = row index), written as kvzap.collect writes them."""
+    """Shards of y = x W - 6 + noise (prompt = row index), written as kvzap.oracle.collect writes them."""
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(n, layers, dim, generator=g) * 3 + 1
     w = torch.randn(layers, dim, heads, generator=g)
     y = torch.einsum("nld,ldh->nlh", x, w) - 6 + 0.3 * torch.randn(n, layers, heads, generator=g)
     folder.mkdir(parents=True)
-    shards = [write_shard(folder / f"shard-{i:05d}.safetensors",
-                          {"h": x[start:start + shard].to(dtype), "y": y[start:start + shard],
-                           "prompt": torch.arange(start, min(start + shard, n))})
-              for i, start in enumerate(range(0, n, shard))]
-    (folder / "manifest.json").write_text(json.dumps({"shards": shards, "hidden_size": dim, "n_kv_heads": heads,
-                                                      "n_layers": layers, "params_hash": f"synthetic-{seed}"}))
+    shards = [
+        write_shard(
+            folder / f"shard-{i:05d}.safetensors",
+            {
+                "h": x[start : start + shard].to(dtype),
+                "y": y[start : start + shard],
+                "prompt": torch.arange(start, min(start + shard, n)),
+            },
+        )
+        for i, start in enumerate(range(0, n, shard))
+    ]
+    (folder / "manifest.json").write_text(
+        json.dumps(
+            {
+                "shards": shards,
+                "hidden_size": dim,
+                "n_kv_heads": heads,
+                "n_layers": layers,
+                "params_hash": f"synthetic-{seed}",
+            }
+        )
+    )
     return x, y
 
 
@@ -122,18 +151,29 @@ def test_truncated_training_checkpoint_named(tmp_path):
 
 
 def test_nemotron_selection_follows_the_paper(monkeypatch):
-    """Per subset: token length strictly inside (min, max); the first n_test kept are held out, the next n_train train."""
-    from kvzap import corpus
+    """Per subset: token length strictly inside (min, max); the first n_test kept are held out, the next n_train
+    train."""
+    from kvzap.oracle import corpus
 
     texts = {s: [f"{s} " + "word " * n for n in (5, 20, 30, 12, 40, 25, 10)] for s in corpus.NEMOTRON_SUBSETS}
     monkeypatch.setattr(corpus, "_hub_texts", lambda subset: iter(texts[subset]))
     tok = tiny_tokenizer()
     count = lambda t: len(tok.encode(t))  # noqa: E731
-    split = corpus.select(corpus.NEMOTRON, tok, min_tokens=count(texts["Nemotron-SFT-Code"][3]) - 1,
-                          max_tokens=count(texts["Nemotron-SFT-Code"][4]), n_test=1, n_train=2)
+    split = corpus.select(
+        corpus.NEMOTRON,
+        tok,
+        min_tokens=count(texts["Nemotron-SFT-Code"][3]) - 1,
+        max_tokens=count(texts["Nemotron-SFT-Code"][4]),
+        n_test=1,
+        n_train=2,
+    )
     assert len(split["test"]) == 9 and len(split["train"]) == 18
     code = [p.text for p in split["test"] + split["train"] if p.subset == "Nemotron-SFT-Code"]
-    kept = [t for t in texts["Nemotron-SFT-Code"] if count(texts["Nemotron-SFT-Code"][3]) - 1 < count(t) < count(texts["Nemotron-SFT-Code"][4])]
+    kept = [
+        t
+        for t in texts["Nemotron-SFT-Code"]
+        if count(texts["Nemotron-SFT-Code"][3]) - 1 < count(t) < count(texts["Nemotron-SFT-Code"][4])
+    ]
     assert code == kept[:3]
 
 
@@ -169,8 +209,9 @@ def test_mlp_keeps_its_best_validation_epoch(tmp_path, monkeypatch):
         save(out, run, model, *args)
 
     monkeypatch.setattr(train, "_save_checkpoint", snapshot)
-    model, history = train.fit_mlp(tmp_path / "train", tmp_path / "out", epochs=4, lr=5e-3, batch_size=64,
-                                   hidden_dim=8, device=torch.device("cpu"))
+    model, history = train.fit_mlp(
+        tmp_path / "train", tmp_path / "out", epochs=4, lr=5e-3, batch_size=64, hidden_dim=8, device=torch.device("cpu")
+    )
     assert [h["valid_loss"] for h in history] == [3.0, 1.0, 2.0, 4.0]
     for name, value in model.state_dict().items():
         torch.testing.assert_close(value, snapshots[1][name])
@@ -178,14 +219,13 @@ def test_mlp_keeps_its_best_validation_epoch(tmp_path, monkeypatch):
 
 
 def test_all_tokens_scored(tmp_path):
-    from kvzap.collect import parse_token_count, sample_positions
+    from kvzap.oracle.collect import parse_token_count, sample_positions
 
     assert parse_token_count("all") is None and parse_token_count("250") == 250
     assert sample_positions(7, None, 1, 0).tolist() == list(range(7))
     tok = tiny_tokenizer()
-    manifest = collect_split(tiny_model("llama", len(tok)), tok, _prompts(2), tmp_path, SETTINGS, None, 1000, 1,
-                             RECORD)
-    from kvzap.oracle import build_repeat_prompt
+    manifest = collect_split(tiny_model("llama", len(tok)), tok, _prompts(2), tmp_path, SETTINGS, None, 1000, 1, RECORD)
+    from kvzap.oracle.scores import build_repeat_prompt
 
     contexts = [build_repeat_prompt(tok, p.text).context for p in _prompts(2)]
     assert manifest["n_pairs"] == sum(c.stop - c.start for c in contexts)
@@ -210,7 +250,7 @@ def test_ridge_solves_after_set_num_threads():
 
     script = textwrap.dedent("""
         import numpy as np, torch
-        from kvzap.train import ridge_solve
+        from kvzap.surrogate.train import ridge_solve
         torch.set_num_threads(2)
         g = torch.Generator().manual_seed(0)
         x = torch.randn(30, 1500, 576, generator=g, dtype=torch.float64)

@@ -7,7 +7,6 @@ to show the refusal happens before any job and that shell payloads never run.
 from __future__ import annotations
 
 import copy
-import json
 import os
 import subprocess
 import sys
@@ -17,26 +16,26 @@ import pytest
 import yaml
 from snakemake.utils import validate as fill_defaults
 
-from kvzap import plan
+from kvzap.plan import checks, commands, errors, schema, sweep
 
 ROOT = Path(__file__).resolve().parents[1]
-SCHEMA = ROOT / "config" / "schema.json"
+SCHEMA = schema.SCHEMA
 BASE = yaml.safe_load((ROOT / "config" / "ci.yaml").read_text())
 
 
 def planned(config: dict) -> dict:
     """Validate, fill defaults and check, exactly as the Snakefile does."""
     config = copy.deepcopy(config)
-    plan.validate(config, SCHEMA)
+    schema.validate(config, SCHEMA)
     fill_defaults(config, str(SCHEMA))
-    plan.check(config)
+    checks.check(config)
     return config
 
 
 def refused(change) -> str:
     config = copy.deepcopy(BASE)
     change(config)
-    with pytest.raises(plan.ConfigError) as info:
+    with pytest.raises(errors.ConfigError) as info:
         planned(config)
     message = str(info.value)
     assert message.startswith("Invalid configuration: ") and "Fix: " in message
@@ -53,7 +52,7 @@ def bench(c):
 
 def test_base_config_is_accepted():
     config = planned(BASE)
-    assert [c.method for c in plan.cells(config)] == ["full", "kvzap_linear", "kvzap_mlp", "knorm"]
+    assert [c.method for c in sweep.cells(config)] == ["full", "kvzap_linear", "kvzap_mlp", "knorm"]
 
 
 CASES = {
@@ -93,58 +92,99 @@ CASES = {
     "duplicate subsets": (lambda c: bench(c).update(subsets=["512", "512"]), "listed twice"),
     "duplicate tasks": (lambda c: bench(c).update(tasks=["vt", "vt"]), "listed twice"),
     "unknown LongBench subset": (
-        lambda c: c["evaluation"]["benchmarks"].update(lb={"benchmark": "longbench", "source": "hub", "subsets": ["qasperr"]}),
-        "not a longbench subset"),
+        lambda c: c["evaluation"]["benchmarks"].update(
+            lb={"benchmark": "longbench", "source": "hub", "subsets": ["qasperr"]}
+        ),
+        "not a longbench subset",
+    ),
     "AIME with tasks": (
         lambda c: c["evaluation"]["benchmarks"].update(
-            a={"benchmark": "aime25", "source": "offline", "subsets": ["aime25"], "tasks": ["vt"]}), "aime25 has no tasks"),
+            a={"benchmark": "aime25", "source": "offline", "subsets": ["aime25"], "tasks": ["vt"]}
+        ),
+        "aime25 has no tasks",
+    ),
     "rollouts on RULER": (lambda c: bench(c).update(rollouts=4), "only AIME25"),
     "LongBench offline": (
-        lambda c: c["evaluation"]["benchmarks"].update(lb={"benchmark": "longbench", "source": "offline", "subsets": ["lcc"]}),
-        "no offline source"),
+        lambda c: c["evaluation"]["benchmarks"].update(
+            lb={"benchmark": "longbench", "source": "offline", "subsets": ["lcc"]}
+        ),
+        "no offline source",
+    ),
     "missing local folder": (lambda c: bench(c).update(source="local:does/not/exist"), "does not exist"),
     "DuoAttention without a pattern": (
         lambda c: (model(c).update(id="Qwen/Qwen3-8B"), c["evaluation"].update(methods=["full", "duo_attention"])),
-        "publishes no head pattern for Qwen/Qwen3-8B"),
+        "publishes no head pattern for Qwen/Qwen3-8B",
+    ),
     "Hub-only method offline": (lambda c: c["evaluation"].update(methods=["full", "qfilter"]), "needs Hub assets"),
     "shards beyond rows": (lambda c: bench(c).update(shards=3), "more shards than the 1 rows"),
     "benchmark names unknown model": (lambda c: bench(c).update(models=["qwen"]), "not defined under models"),
     "tradeoff without benchmark": (lambda c: c["figures"]["ruler_tradeoff"].pop("benchmark"), "needs benchmark"),
     "distribution without method": (
-        lambda c: c["figures"].update(d={"kind": "ratio_distribution", "value": -6}), "needs method"),
+        lambda c: c["figures"].update(d={"kind": "ratio_distribution", "value": -6}),
+        "needs method",
+    ),
     "distribution value not swept": (
-        lambda c: c["figures"].update(d={"kind": "ratio_distribution", "method": "kvzap_mlp", "value": -4}), "not swept"),
+        lambda c: c["figures"].update(d={"kind": "ratio_distribution", "method": "kvzap_mlp", "value": -4}),
+        "not swept",
+    ),
     "figure unknown benchmark": (lambda c: c["figures"]["ruler_tradeoff"].update(benchmark="ruler-4k"), "not defined"),
-    "figure unknown model": (lambda c: c["figures"]["surrogate_fit"].update(models=["qwen"]), "not defined under models"),
-    "figure method not evaluated": (lambda c: c["figures"]["ruler_tradeoff"].update(methods=["snapkv"]), "not evaluated"),
+    "figure unknown model": (
+        lambda c: c["figures"]["surrogate_fit"].update(models=["qwen"]),
+        "not defined under models",
+    ),
+    "figure method not evaluated": (
+        lambda c: c["figures"]["ruler_tradeoff"].update(methods=["snapkv"]),
+        "not evaluated",
+    ),
     "figure unknown metric": (lambda c: c["figures"]["ruler_tradeoff"].update(metric="f1"), "metric"),
     "figure unknown kind": (lambda c: c["figures"]["ruler_tradeoff"].update(kind="pie"), "kind"),
-    "token limits inverted": (lambda c: c["oracle"].update(min_tokens=400, max_tokens=300), "not below oracle.max_tokens"),
+    "token limits inverted": (
+        lambda c: c["oracle"].update(min_tokens=400, max_tokens=300),
+        "not below oracle.max_tokens",
+    ),
     "unknown top-level key": (lambda c: c.update(evalutation={}), "allowed keys"),
     "table 2 value not swept": (
-        lambda c: c.update(tables={"best": {"smollm2-135m": {"method": "kvzap_mlp", "value": -4}}}), "not evaluated at"),
+        lambda c: c.update(tables={"best": {"smollm2-135m": {"method": "kvzap_mlp", "value": -4}}}),
+        "not evaluated at",
+    ),
     "table 2 unknown model": (
-        lambda c: c.update(tables={"best": {"qwen": {"method": "kvzap_mlp", "value": -6}}}), "not defined under models"),
+        lambda c: c.update(tables={"best": {"qwen": {"method": "kvzap_mlp", "value": -6}}}),
+        "not defined under models",
+    ),
     "training ablation unknown model": (
         lambda c: c.update(ablations={"training_pairs": {"models": ["qwen"], "benchmark": "ruler-512"}}),
-        "ablations.training_pairs.models[0] = 'qwen': not defined under models"),
+        "ablations.training_pairs.models[0] = 'qwen': not defined under models",
+    ),
     "training ablation unknown benchmark": (
         lambda c: c.update(ablations={"training_pairs": {"models": ["smollm2-135m"], "benchmark": "ruler-4k"}}),
-        "ablations.training_pairs.benchmark = 'ruler-4k': not an evaluation.benchmarks entry"),
+        "ablations.training_pairs.benchmark = 'ruler-4k': not an evaluation.benchmarks entry",
+    ),
     "training ablation without benchmark": (
         lambda c: c.update(ablations={"training_pairs": {"models": ["smollm2-135m"]}}),
-        "ablations.training_pairs.benchmark = None"),
+        "ablations.training_pairs.benchmark = None",
+    ),
     "training ablation repeated size": (
-        lambda c: c.update(ablations={"training_pairs": {"models": ["smollm2-135m"], "benchmark": "ruler-512",
-                                                         "sizes": [100, 100]}}), "repeats a size or a source"),
+        lambda c: c.update(
+            ablations={"training_pairs": {"models": ["smollm2-135m"], "benchmark": "ruler-512", "sizes": [100, 100]}}
+        ),
+        "repeats a size or a source",
+    ),
     "training ablation source payload": (
-        lambda c: c.update(ablations={"training_pairs": {"sources": ["x=$(id)"]}}), "sources.0"),
+        lambda c: c.update(ablations={"training_pairs": {"sources": ["x=$(id)"]}}),
+        "sources.0",
+    ),
     "training ablation unknown subset": (
         lambda c: c.update(ablations={"training_pairs": {"sources": ["all", "prose=essay"]}}),
-        "ablations.training_pairs.sources[1] = 'prose=essay': 'essay' is not a subset of oracle.corpus"),
-    "training ablation ratio 1": (lambda c: c.update(ablations={"training_pairs": {"target_ratio": 1}}), "target_ratio"),
+        "ablations.training_pairs.sources[1] = 'prose=essay': 'essay' is not a subset of oracle.corpus",
+    ),
+    "training ablation ratio 1": (
+        lambda c: c.update(ablations={"training_pairs": {"target_ratio": 1}}),
+        "target_ratio",
+    ),
     "training figure without ablation": (
-        lambda c: c["figures"].update(t={"kind": "training_pairs"}), "ablations.training_pairs.models is empty"),
+        lambda c: c["figures"].update(t={"kind": "training_pairs"}),
+        "ablations.training_pairs.models is empty",
+    ),
 }
 
 
@@ -170,7 +210,9 @@ STRING_FIELDS = {
     "figures.<name>": lambda c, v: c["figures"].update({v: {"kind": "surrogate_fit"}}),
     "figures.<name>.benchmark": lambda c, v: c["figures"]["ruler_tradeoff"].update(benchmark=v),
     "figures.<name>.model": lambda c, v: c["figures"]["surrogate_fit"].update(model=v),
-    "figures.<name>.method": lambda c, v: c["figures"].update(d={"kind": "ratio_distribution", "method": v, "value": -6}),
+    "figures.<name>.method": lambda c, v: c["figures"].update(
+        d={"kind": "ratio_distribution", "method": v, "value": -6}
+    ),
     "slurm.partition": lambda c, v: c.update(slurm={"partition": v}),
     "slurm.account": lambda c, v: c.update(slurm={"account": v}),
     "publish.namespace": lambda c, v: c["publish"].update(namespace=v),
@@ -188,35 +230,37 @@ def test_payload_in_every_string_field_is_refused(field, payload):
 
 def test_labels_round_trip_exactly():
     for value in (-4, -4.0, 0.875, -4.1234567, -6.0000001, -6.0000002, 1e-05, 0.1 + 0.2):
-        assert float(plan.value_label(value)) == float(value)
-    assert plan.value_label(-4) == "-4" and plan.value_label(0.5) == "0.5"
-    assert plan.value_label(-6.0000001) != plan.value_label(-6.0000002)
+        assert float(sweep.value_label(value)) == float(value)
+    assert sweep.value_label(-4) == "-4" and sweep.value_label(0.5) == "0.5"
+    assert sweep.value_label(-6.0000001) != sweep.value_label(-6.0000002)
     config = copy.deepcopy(BASE)
     config.pop("tables")
     model(config).update(thresholds=[-6.0000001, -6.0000002, -4.1234567])
-    labels = [c.value for c in plan.cells(planned(config)) if c.method == "kvzap_mlp"]
+    labels = [c.value for c in sweep.cells(planned(config)) if c.method == "kvzap_mlp"]
     assert labels == ["-6.0000001", "-6.0000002", "-4.1234567"]
 
 
 def test_command_lines_are_quoted_word_lists():
     config = planned(BASE)
-    words = plan.evaluate_args(config, "smollm2-135m", "ruler-512", "kvzap_mlp", "-6", 0, 1)
+    words = commands.evaluate_args(config, "smollm2-135m", "ruler-512", "kvzap_mlp", "-6", 0, 1)
     import shlex
 
     args = shlex.split(words)
     assert args[args.index("--value") + 1] == "-6" and args[args.index("--subsets") + 1] == "512"
     assert args[-1] == "results/ci/smollm2-135m/eval/ruler-512/512/kvzap_mlp/-6"  # unsplit: the cell itself
     config["models"]["smollm2-135m"]["revision"] = "it's $(x)"  # as if it had slipped past the checks
-    assert shlex.split(plan.prepare_args(config, "smollm2-135m"))[-1] == "--revision=it's $(x)"
+    assert shlex.split(commands.prepare_args(config, "smollm2-135m"))[-1] == "--revision=it's $(x)"
 
 
 def test_training_settings_are_per_surrogate():
     config = planned(BASE)
-    linear, mlp = plan.train_args(config, "linear"), plan.train_args(config, "mlp")
+    linear, mlp = commands.train_args(config, "linear"), commands.train_args(config, "mlp")
     config["training"]["alpha"] = 5.0
-    assert plan.train_args(config, "linear") != linear and plan.train_args(config, "mlp") == mlp
+    assert commands.train_args(config, "linear") != linear and commands.train_args(config, "mlp") == mlp
     config["training"]["epochs"] = 7
-    assert "--epochs 7" in plan.train_args(config, "mlp") and "--epochs" not in plan.train_args(config, "linear")
+    assert "--epochs 7" in commands.train_args(config, "mlp") and "--epochs" not in commands.train_args(
+        config, "linear"
+    )
 
 
 def test_results_root_that_is_a_file(tmp_path, monkeypatch):
@@ -230,15 +274,32 @@ def _snakemake_dry_run(tmp_path, extra: dict) -> subprocess.CompletedProcess:
     override = tmp_path / "override.yaml"
     override.write_text(yaml.safe_dump(extra))
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
-    return subprocess.run(["snakemake", "-n", "--configfile", "config/ci.yaml", str(override)], cwd=ROOT,
-                          capture_output=True, text=True, env=env, timeout=300)
+    return subprocess.run(
+        ["snakemake", "-n", "--configfile", "config/ci.yaml", str(override)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
 
 
-@pytest.mark.parametrize("extra", [
-    {"models": {"smollm2-135m": {"id": "offline/SmolLM2-135M-Instruct", "thresholds": [-6], "revision": "$(touch pwned)"}}},
-    {"figures": {"../../../../pwned": {"kind": "surrogate_fit"}}},
-    {"evaluation": {"ratios": [float("nan")]}},
-])
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {
+            "models": {
+                "smollm2-135m": {
+                    "id": "offline/SmolLM2-135M-Instruct",
+                    "thresholds": [-6],
+                    "revision": "$(touch pwned)",
+                }
+            }
+        },
+        {"figures": {"../../../../pwned": {"kind": "surrogate_fit"}}},
+        {"evaluation": {"ratios": [float("nan")]}},
+    ],
+)
 def test_snakemake_refuses_before_any_job(tmp_path, extra):
     result = _snakemake_dry_run(tmp_path, extra)
     assert result.returncode != 0
@@ -260,6 +321,7 @@ def test_plan_cli_names_the_line_of_a_yaml_syntax_error(tmp_path):
 
 def test_plan_cli_accepts_the_shipped_configs():
     for name in ("config.yaml", "ci.yaml", "paper.yaml", "rehearsal.yaml"):
-        result = subprocess.run([sys.executable, "-m", "kvzap.plan", str(ROOT / "config" / name)],
-                                capture_output=True, text=True)
+        result = subprocess.run(
+            [sys.executable, "-m", "kvzap.plan", str(ROOT / "config" / name)], capture_output=True, text=True
+        )
         assert result.returncode == 0 and "valid" in result.stdout, result.stderr

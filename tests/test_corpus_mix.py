@@ -2,17 +2,21 @@
 
 import pytest
 
-from kvzap import assets, corpus
+from kvzap.oracle import corpus
+from kvzap.prepare import assets
 from tiny_models import tiny_tokenizer
 
 
 def test_wikitext_becomes_prose():
-    text = ("{{Infobox|name={{nested|x}}}}'''Alabama''' is a [[U.S. state|state]] in the [[Southern United States]]."
-            "<ref name=a>{{cite web|url=x}}</ref> It has [[File:Map.png|thumb|A [[map]] of it]]rivers.\n"
-            "== History ==\nSee [https://example.org the site].<!-- hidden -->\n{| class=x\n| cell\n|}\n"
-            "[[Category:States]]")
-    assert assets.strip_wikitext(text) == ("Alabama is a state in the Southern United States. It has rivers.\n"
-                                           "History\nSee the site.")
+    text = (
+        "{{Infobox|name={{nested|x}}}}'''Alabama''' is a [[U.S. state|state]] in the [[Southern United States]]."
+        "<ref name=a>{{cite web|url=x}}</ref> It has [[File:Map.png|thumb|A [[map]] of it]]rivers.\n"
+        "== History ==\nSee [https://example.org the site].<!-- hidden -->\n{| class=x\n| cell\n|}\n"
+        "[[Category:States]]"
+    )
+    assert assets.strip_wikitext(text) == (
+        "Alabama is a state in the Southern United States. It has rivers.\nHistory\nSee the site."
+    )
 
 
 def test_every_source_holds_real_text():

@@ -4,10 +4,10 @@ Cluster users select envs/*.yaml through Snakemake's conda integration; if an en
 pyproject.toml, jobs there would run with other versions than the ones the tests ran with.
 """
 
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 import yaml
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-
-from kvzap import figures, plan
 from tests.test_config_hostile import BASE, planned
+
+from kvzap.plan import checks, commands, errors, paths, sweep
+from kvzap.report import figures
 
 TAU = -4.1234567  # a threshold whose short form (-4.12346) names no cell
 
@@ -28,8 +29,8 @@ def config(tmp_path, monkeypatch):
 
 def _write_cells(config: dict) -> None:
     """Each cell's predictions carry a compression ratio that tells the cells apart."""
-    for k, cell in enumerate(plan.cells(config)):
-        folder = Path(plan.cell_dir(config["results"], cell))
+    for k, cell in enumerate(sweep.cells(config)):
+        folder = Path(paths.cell_dir(config["results"], cell))
         folder.mkdir(parents=True)
         value = None if cell.value == "none" else float(cell.value)
         identity = {"model": cell.model, "bench": cell.bench, "method": cell.method, "value": value}
@@ -39,19 +40,20 @@ def _write_cells(config: dict) -> None:
 
 def test_ratio_distribution_reads_the_cell_of_the_exact_threshold(config, tmp_path, monkeypatch):
     _write_cells(config)
-    inputs = plan.figure_inputs(config, "dist")["predictions"]
+    inputs = commands.figure_inputs(config, "dist")["predictions"]
     assert len(inputs) == 2  # both thresholds of kvzap_mlp: the figure picks by identity, not by path
     tables = Path(config["results"]) / "tables"
     tables.mkdir()
     pd.DataFrame({"model": ["smollm2-135m"], "benchmark": ["ruler-512"]}).to_csv(tables / "results.csv", index=False)
     drawn = {}
-    monkeypatch.setattr(figures, "_save", lambda fig, out: drawn.update(
-        labels=[t.get_text() for t in fig.axes[0].get_xticklabels()]))
-    argv = shlex.split(plan.figure_args(config, "dist", inputs)) + ["--out", str(tmp_path / "dist.png")]
-    monkeypatch.setattr("sys.argv", ["kvzap.figures", *argv])
+    monkeypatch.setattr(
+        figures, "_save", lambda fig, out: drawn.update(labels=[t.get_text() for t in fig.axes[0].get_xticklabels()])
+    )
+    argv = shlex.split(commands.figure_args(config, "dist", inputs)) + ["--out", str(tmp_path / "dist.png")]
+    monkeypatch.setattr("sys.argv", ["kvzap.report.figures", *argv])
     figures.main()
-    expected = [c for c in plan.cells(config) if c.method == "kvzap_mlp" and c.value == plan.value_label(TAU)]
-    k = plan.cells(config).index(expected[0])
+    expected = [c for c in sweep.cells(config) if c.method == "kvzap_mlp" and c.value == sweep.value_label(TAU)]
+    k = sweep.cells(config).index(expected[0])
     assert drawn["labels"] == [f"ruler-512\n(mean {k / 10:.2f})"]
 
 
@@ -59,5 +61,5 @@ def test_surrogate_fit_needs_both_surrogates(config):
     config = copy.deepcopy(config)
     config["training"]["surrogates"] = ["linear"]
     config["figures"] = {"fit": {"kind": "surrogate_fit"}}
-    with pytest.raises(plan.ConfigError, match="compares both surrogates"):
-        plan.check(config)
+    with pytest.raises(errors.ConfigError, match="compares both surrogates"):
+        checks.check(config)

@@ -1,4 +1,5 @@
-"""benchmarks/gpu_decode.py and benchmarks/dtype_agreement.py, the H200 scripts, run small on CPU: same code, checked records."""
+"""benchmarks/gpu_decode.py and benchmarks/dtype_agreement.py, the H200 scripts, run small on CPU: same code,
+checked records."""
 
 from __future__ import annotations
 
@@ -21,9 +22,29 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_gpu_decode_script_runs_small_on_cpu(tmp_path):
     out = tmp_path / "decode.json"
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1"}
-    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_decode.py"), "--tiny", "--device", "cpu",
-                    "--contexts", "600", "--ratios", "0.5", "--decode-steps", "5", "--calibration-tokens", "512",
-                    "--out", str(out)], check=True, env=env, capture_output=True, text=True)
+    subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "gpu_decode.py"),
+            "--tiny",
+            "--device",
+            "cpu",
+            "--contexts",
+            "600",
+            "--ratios",
+            "0.5",
+            "--decode-steps",
+            "5",
+            "--calibration-tokens",
+            "512",
+            "--out",
+            str(out),
+        ],
+        check=True,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     [record] = json.loads(out.read_text())
     assert record["context_tokens"] == 600 and set(record["kv_bytes"]) == {"full", "masking", "eviction"}
     # calibrated on another prompt, so near the target, not on it; masking and eviction judge alike
@@ -64,9 +85,25 @@ def test_kernel_check_catches_a_wrong_kernel_and_passes_the_varlen_one(monkeypat
 def test_dtype_agreement_script_runs_small_on_cpu(tmp_path):
     out = tmp_path / "agreement.json"
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1"}
-    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "dtype_agreement.py"), "--tiny", "--device", "cpu",
-                    "--context", "600", "--decode-steps", "4", "--out", str(out)],
-                   check=True, env=env, capture_output=True, text=True)
+    subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "dtype_agreement.py"),
+            "--tiny",
+            "--device",
+            "cpu",
+            "--context",
+            "600",
+            "--decode-steps",
+            "4",
+            "--out",
+            str(out),
+        ],
+        check=True,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     [record] = json.loads(out.read_text())
     assert set(record["bfloat16_vs_float32"]) == {"full", "masking", "eviction"}
     assert record["eviction_vs_masking"]["float32"]["max_abs_logit_diff"] < 1e-4

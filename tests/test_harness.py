@@ -9,8 +9,9 @@ import pandas as pd
 import pytest
 import yaml
 
-from kvzap import aggregate, evaluate, figures, merge, methods, registry
-from kvzap.surrogate import Surrogate
+from kvzap.evaluation import job, merge, methods, presses
+from kvzap.report import aggregate, figures
+from kvzap.surrogate.model import Surrogate
 from tiny_models import tiny_model, tiny_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -29,12 +30,36 @@ def tiny_setup(tmp_path_factory):
 
 
 def _cell(root, out, method, value=None, subset="256", shard=(0, 1)):
-    argv = ["--model", str(root / "model.json"), "--benchmark", "ruler", "--subsets", subset, "--tasks",
-            "niah_single_2", "vt", "--n-samples", "2", "--max-new-tokens", "4", "--method", method,
-            "--surrogate-linear", str(root / "linear"), "--shard", str(shard[0]), "--n-shards", str(shard[1]),
-            "--model-name", "m", "--bench-name", f"ruler-{subset}",
-            "--out", str(out)]
-    return evaluate.evaluate(evaluate.parse_args(argv + (["--value", str(value)] if value is not None else [])))[0]
+    argv = [
+        "--model",
+        str(root / "model.json"),
+        "--benchmark",
+        "ruler",
+        "--subsets",
+        subset,
+        "--tasks",
+        "niah_single_2",
+        "vt",
+        "--n-samples",
+        "2",
+        "--max-new-tokens",
+        "4",
+        "--method",
+        method,
+        "--surrogate-linear",
+        str(root / "linear"),
+        "--shard",
+        str(shard[0]),
+        "--n-shards",
+        str(shard[1]),
+        "--model-name",
+        "m",
+        "--bench-name",
+        f"ruler-{subset}",
+        "--out",
+        str(out),
+    ]
+    return job.evaluate(job.parse_args(argv + (["--value", str(value)] if value is not None else [])))[0]
 
 
 def test_sharded_cell_merges_to_the_unsharded_one(tiny_setup, tmp_path):
@@ -48,7 +73,9 @@ def test_sharded_cell_merges_to_the_unsharded_one(tiny_setup, tmp_path):
         assert merged[key] == pytest.approx(whole[key])
     columns = ["sample_id", "prediction", "compression_ratio", "answers"]
     frame = lambda d: pd.read_csv(d / "predictions.csv", keep_default_na=False).sort_values("sample_id")[columns]  # noqa: E731
-    pd.testing.assert_frame_equal(frame(tmp_path / "merged").reset_index(drop=True), frame(tmp_path / "single").reset_index(drop=True))
+    pd.testing.assert_frame_equal(
+        frame(tmp_path / "merged").reset_index(drop=True), frame(tmp_path / "single").reset_index(drop=True)
+    )
     with pytest.raises(ValueError, match="incomplete"):
         merge.merge(parts[:2], tmp_path / "broken")
 
@@ -85,21 +112,37 @@ def test_context_longer_than_model_is_refused(tiny_setup, tmp_path):
 
 
 def test_missing_surrogate_is_named(tiny_setup, tmp_path):
-    argv = ["--model", str(tiny_setup / "model.json"), "--benchmark", "ruler", "--subsets", "256", "--model-name", "m", "--bench-name", "r", "--method",
-            "kvzap_mlp", "--value", "-4", "--out", str(tmp_path)]
+    argv = [
+        "--model",
+        str(tiny_setup / "model.json"),
+        "--benchmark",
+        "ruler",
+        "--subsets",
+        "256",
+        "--model-name",
+        "m",
+        "--bench-name",
+        "r",
+        "--method",
+        "kvzap_mlp",
+        "--value",
+        "-4",
+        "--out",
+        str(tmp_path),
+    ]
     with pytest.raises(SystemExit, match="mlp surrogate"):
-        evaluate.evaluate(evaluate.parse_args(argv))
+        job.evaluate(job.parse_args(argv))
 
 
 def test_every_registered_method_builds():
-    assert set(methods.PRESSES) == set(registry.METHODS)
-    for name, info in registry.METHODS.items():
+    assert set(presses.PRESSES) == set(methods.METHODS)
+    for name, info in methods.METHODS.items():
         if info.surrogate or info.needs_hub:
             continue
-        press = methods.build(name, 0.5, {})
+        press = presses.build(name, 0.5, {})
         assert (press is None) == (name == "full")
     with pytest.raises(ValueError, match="Unknown method 'kvzapp'"):
-        methods.get("kvzapp")
+        presses.get("kvzapp")
 
 
 def test_best_configuration_respects_tolerance():
@@ -107,7 +150,9 @@ def test_best_configuration_respects_tolerance():
         dict(model="m", benchmark="b", subset="s", method="full", value=None, average=90.0, compression_ratio=0.0),
         dict(model="m", benchmark="b", subset="s", method="kvzap_mlp", value=-4, average=89.5, compression_ratio=0.6),
         dict(model="m", benchmark="b", subset="s", method="kvzap_mlp", value=-3, average=80.0, compression_ratio=0.9),
-        dict(model="m", benchmark="b", subset="s", method="kvzap_linear", value=-5, average=90.0, compression_ratio=0.4),
+        dict(
+            model="m", benchmark="b", subset="s", method="kvzap_linear", value=-5, average=90.0, compression_ratio=0.4
+        ),
     ]
     best = aggregate.best_configurations(pd.DataFrame(rows))
     assert best.iloc[0][["method", "value", "compression_ratio"]].tolist() == ["kvzap_mlp", -4, 0.6]
@@ -129,16 +174,18 @@ def _set_figure(c):
     c["figures"]["ruler_tradeoff"]["benchmark"] = "longbench-x"
 
 
-@pytest.mark.parametrize("change, message", [
-    (_set_methods, "kvzapp"), (_set_threshold, "high"), (_set_benchmark, "rulerr"), (_set_figure, "longbench-x"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [(_set_methods, "kvzapp"), (_set_threshold, "high"), (_set_benchmark, "rulerr"), (_set_figure, "longbench-x")],
+)
 def test_bad_config_fails_before_any_job(tmp_path, change, message):
     config = yaml.safe_load((ROOT / "config" / "ci.yaml").read_text())
     change(config)
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump(config))
-    result = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--configfile", str(path)], cwd=ROOT,
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-n", "--configfile", str(path)], cwd=ROOT, capture_output=True, text=True
+    )
     assert result.returncode != 0
     assert message in result.stdout + result.stderr
     assert "prepare_model" not in result.stdout

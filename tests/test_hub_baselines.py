@@ -15,7 +15,7 @@ from urllib.parse import unquote
 import numpy as np
 import pytest
 
-from kvzap import duo_patterns, methods
+from kvzap.evaluation import duo_patterns, presses
 
 ROOT = Path(__file__).resolve().parents[1]
 LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
@@ -29,7 +29,7 @@ def test_duo_pattern_names_follow_hub_renames():
     assert duo_patterns.duo_pattern_name(LLAMA).startswith("Meta-Llama-3.1-8B-Instruct/")
     assert duo_patterns.duo_pattern_name("Qwen/Qwen3-8B") is None
     with pytest.raises(ValueError, match="no head pattern for 'Qwen/Qwen3-32B'.*duo_attention_on_the_fly"):
-        methods.build("duo_attention", 0.5, {}).load_attention_pattern(_config_only("Qwen/Qwen3-32B", 64, 8))
+        presses.build("duo_attention", 0.5, {}).load_attention_pattern(_config_only("Qwen/Qwen3-32B", 64, 8))
 
 
 def test_patterns_are_kvpress_patterns():
@@ -41,14 +41,19 @@ def test_patterns_are_kvpress_patterns():
 
 
 def test_duo_patterns_imports_neither_torch_nor_kvpress():
-    code = "import sys, kvzap.duo_patterns; print(sorted({'torch', 'kvpress'} & set(sys.modules)))"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         env=os.environ | {"PYTHONPATH": str(ROOT / "src")}).stdout
+    code = "import sys, kvzap.evaluation.duo_patterns; print(sorted({'torch', 'kvpress'} & set(sys.modules)))"
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=os.environ | {"PYTHONPATH": str(ROOT / "src")},
+    ).stdout
     assert out.strip() == "[]"
 
 
 def test_presses_see_the_hub_id_of_hub_models_only():
-    from kvzap import models
+    from kvzap.prepare import models
 
     hub = {"model_id": "Qwen/Qwen3-8B", "path": "/hub/models--Qwen--Qwen3-8B/snapshots/9c92", "revision": "9c92"}
     offline = {"model_id": "offline/SmolLM2-135M-Instruct", "path": "/results/prepare/hf", "revision": "pypi:x"}
@@ -80,10 +85,15 @@ def test_pattern_downloaded_from_kvpress_url(monkeypatch):
     import requests
     from kvpress.presses.duo_attention_press import PATTERNS_DICT
 
-    kvpress_url = ("https://raw.githubusercontent.com/mit-han-lab/duo-attention/refs/heads/main/attn_patterns/"
-                   + PATTERNS_DICT["meta-llama/Meta-Llama-3.1-8B-Instruct"] + "/")
-    served = {kvpress_url + "config.json": '{"sink_size": 64, "recent_size": 256}',
-              kvpress_url + "full_attention_heads.tsv": "0.5\t0.1\n0.9\t2\n"}
+    kvpress_url = (
+        "https://raw.githubusercontent.com/mit-han-lab/duo-attention/refs/heads/main/attn_patterns/"
+        + PATTERNS_DICT["meta-llama/Meta-Llama-3.1-8B-Instruct"]
+        + "/"
+    )
+    served = {
+        kvpress_url + "config.json": '{"sink_size": 64, "recent_size": 256}',
+        kvpress_url + "full_attention_heads.tsv": "0.5\t0.1\n0.9\t2\n",
+    }
 
     class Response:
         def __init__(self, url):
@@ -99,33 +109,37 @@ def test_pattern_downloaded_from_kvpress_url(monkeypatch):
 def _config_only(model_id: str, layers: int, kv_heads: int):
     from types import SimpleNamespace
 
-    config = SimpleNamespace(kvzap_model_id=model_id, name_or_path="/somewhere/snapshots/abc",
-                             num_hidden_layers=layers, num_key_value_heads=kv_heads)
+    config = SimpleNamespace(
+        kvzap_model_id=model_id,
+        name_or_path="/somewhere/snapshots/abc",
+        num_hidden_layers=layers,
+        num_key_value_heads=kv_heads,
+    )
     return SimpleNamespace(config=config)
 
 
 def test_duo_pattern_of_another_model_is_refused(tmp_path, monkeypatch):
     _write_pattern(tmp_path / duo_patterns.duo_pattern_name(LLAMA), "0.25\t0.5\n0.5\t0.75\n")
     monkeypatch.setenv(duo_patterns.SOURCE_ENV, str(tmp_path))
-    press = methods.build("duo_attention", 0.5, {})
+    press = presses.build("duo_attention", 0.5, {})
     assert press.load_attention_pattern(_config_only(LLAMA, 2, 2))[:2] == (3, 5)
     with pytest.raises(ValueError, match=r"shape \(2, 2\).*\(32, 8\)"):
         press.load_attention_pattern(_config_only(LLAMA, 32, 8))
 
 
 def test_duo_attention_on_the_fly_is_registered():
-    method = methods.get("duo_attention_on_the_fly")
+    method = presses.get("duo_attention_on_the_fly")
     assert (method.parameter, method.needs_hub) == ("ratio", True)
-    press = methods.build("duo_attention_on_the_fly", 0.25, {})
+    press = presses.build("duo_attention_on_the_fly", 0.25, {})
     assert press.on_the_fly_scoring and press.head_compression_ratio == 0.25
 
 
 def _offline_run(workdir: Path) -> dict:
     """prepare -> load -> kvpress pipeline with each Hub-only press, as a real run does it (HF env set by caller)."""
+    import kvpress  # noqa: F401  (registers the kv-press-text-generation pipeline)
     from transformers import pipeline
 
-    import kvpress  # noqa: F401  (registers the kv-press-text-generation pipeline)
-    from kvzap import models
+    from kvzap.prepare import models
 
     answers = {}
     for model_id in ("Qwen/Qwen3-8B", LLAMA, "Qwen/Qwen3-32B"):
@@ -133,12 +147,12 @@ def _offline_run(workdir: Path) -> dict:
         models.prepare(model_id, model_json.parent)
         model, tokenizer = models.load(model_json)
         pipe = pipeline("kv-press-text-generation", model=model, tokenizer=tokenizer)
-        presses = {"qfilter": methods.build("qfilter", 0.5, {})}
+        built = {"qfilter": presses.build("qfilter", 0.5, {})}
         if model_id == LLAMA:
-            presses["duo_attention"] = methods.build("duo_attention", 0.5, {})
+            built["duo_attention"] = presses.build("duo_attention", 0.5, {})
         if model_id == "Qwen/Qwen3-8B":
-            presses["kvzip"] = methods.build("kvzip", 0.5, {})  # loads the tokenizer by name_or_path
-        for name, press in presses.items():
+            built["kvzip"] = presses.build("kvzip", 0.5, {})  # loads the tokenizer by name_or_path
+        for name, press in built.items():
             answer = pipe(CONTEXT, question=QUESTION, press=press, max_new_tokens=4)["answer"]
             assert isinstance(answer, str)
             assert press.compression_ratio > 0.1, (model_id, name, press.compression_ratio)
@@ -152,15 +166,26 @@ def test_hub_only_baselines_offline(tmp_path):
 
     mirror = hub_models.build(tmp_path / "hub")
     env = os.environ | {
-        "HF_HUB_CACHE": str(tmp_path / "hub"), "HF_HUB_OFFLINE": "1", "HF_DATASETS_CACHE": str(tmp_path / "datasets"),
-        duo_patterns.SOURCE_ENV: str(mirror), "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)]),
+        "HF_HUB_CACHE": str(tmp_path / "hub"),
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_CACHE": str(tmp_path / "datasets"),
+        duo_patterns.SOURCE_ENV: str(mirror),
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)]),
     }
-    result = subprocess.run([sys.executable, __file__, str(tmp_path / "results")], env=env, capture_output=True,
-                            text=True, timeout=600)
+    result = subprocess.run(
+        [sys.executable, __file__, str(tmp_path / "results")], env=env, capture_output=True, text=True, timeout=600
+    )
     assert result.returncode == 0, result.stderr[-4000:]
     answers = json.loads(result.stdout.strip().splitlines()[-1])
-    assert sorted(answers) == sorted(["Qwen/Qwen3-8B:qfilter", "Qwen/Qwen3-8B:kvzip", f"{LLAMA}:qfilter",
-                                      f"{LLAMA}:duo_attention", "Qwen/Qwen3-32B:qfilter"])
+    assert sorted(answers) == sorted(
+        [
+            "Qwen/Qwen3-8B:qfilter",
+            "Qwen/Qwen3-8B:kvzip",
+            f"{LLAMA}:qfilter",
+            f"{LLAMA}:duo_attention",
+            "Qwen/Qwen3-32B:qfilter",
+        ]
+    )
 
 
 if __name__ == "__main__":

@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from tests.rehearsal import hub_datasets
 from transformers import AutoTokenizer
 
 import kvzap
-from kvzap.benchmarks import aime, longbench, ruler
-from kvzap.corpus import NEMOTRON, NEMOTRON_SUBSETS
-from tests.rehearsal import hub_datasets
+from kvzap.evaluation.suites import aime, longbench, ruler
+from kvzap.oracle.corpus import NEMOTRON, NEMOTRON_SUBSETS
 
 ROOT = Path(__file__).resolve().parents[1]
 SRC = Path(kvzap.__file__).resolve().parents[1]  # the kvzap this session imports (a worktree's src first)
@@ -36,8 +36,8 @@ CHILD = textwrap.dedent("""
     from pathlib import Path
     from datasets import load_dataset
     from transformers import AutoTokenizer
-    from kvzap import corpus
-    from kvzap.benchmarks import aime, longbench, ruler
+    from kvzap.oracle import corpus
+    from kvzap.evaluation.suites import aime, longbench, ruler
     from tests.rehearsal import hub_datasets
 
     cache, datasets_cache, qwen3, out = map(Path, sys.argv[1:5])
@@ -52,7 +52,7 @@ CHILD = textwrap.dedent("""
         "snapshots": snapshots, "missing_length": missing,
         "ruler": {{n: ruler.load("hub", str(n), None) for n in {lengths}}},
         "ruler_sampled": ruler.load("hub", "4096", None, n_samples=1, seed=0, tasks=["qa_1", "vt"]),
-        "longbench": {{t: longbench.load("hub", t) for t in longbench.TASKS}},
+        "longbench": {{t: longbench.load("hub", t) for t in longbench.LONGBENCH_SUBSETS}},
         "aime": aime.load("hub"),
         "booksum": load_dataset("kmfoda/booksum", split="train").to_pandas(),  # as kvpress's DuoAttention loads it
         "nemotron": corpus.select(corpus.NEMOTRON, tokenizer, {lo}, {hi}, n_test={n_test}, n_train={n_train}),
@@ -70,11 +70,21 @@ def tokenizer():
 def hub(tmp_path_factory):
     """Build the fixtures into a fresh Hub cache and run every Hub loader on it, offline, in a child process."""
     tmp = tmp_path_factory.mktemp("hub")
-    env = {**os.environ, "HF_HUB_CACHE": str(tmp / "cache"), "HF_DATASETS_CACHE": str(tmp / "datasets"),
-           "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "HF_HOME": str(tmp / "home"),
-           "PYTHONPATH": os.pathsep.join([str(SRC), str(ROOT)])}
-    subprocess.run([sys.executable, "-c", CHILD, str(tmp / "cache"), str(tmp / "datasets"), str(QWEN3), str(tmp / "out.pkl")],
-                   env=env, check=True, timeout=300)
+    env = {
+        **os.environ,
+        "HF_HUB_CACHE": str(tmp / "cache"),
+        "HF_DATASETS_CACHE": str(tmp / "datasets"),
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "HF_HOME": str(tmp / "home"),
+        "PYTHONPATH": os.pathsep.join([str(SRC), str(ROOT)]),
+    }
+    subprocess.run(
+        [sys.executable, "-c", CHILD, str(tmp / "cache"), str(tmp / "datasets"), str(QWEN3), str(tmp / "out.pkl")],
+        env=env,
+        check=True,
+        timeout=300,
+    )
     return pickle.loads((tmp / "out.pkl").read_bytes())
 
 
@@ -82,7 +92,7 @@ def test_ruler_hub_rows_are_the_stored_rows(hub, tokenizer):
     for n in LENGTHS:
         stored = pd.read_parquet(hub["snapshots"][ruler.HUB_DATASET] / str(n) / "test-00000-of-00001.parquet")
         df = hub["ruler"][n]
-        assert sorted(df["task"]) == sorted(ruler.TASKS) and len(df) == 13
+        assert sorted(df["task"]) == sorted(ruler.RULER_TASKS) and len(df) == 13
         assert df["context"].tolist() == stored["context"].tolist()
         assert df["answers"].tolist() == [list(a) for a in stored["answer"]]
         assert df["sample_id"].tolist() == [f"{t}-0" for t in stored["task"]]
@@ -102,9 +112,11 @@ def test_ruler_hub_names_a_missing_length(hub):
 
 def test_longbench_hub_reads_all_21_subsets_from_data_zip(hub):
     with zipfile.ZipFile(hub["snapshots"][longbench.HUB_DATASET] / "data.zip") as zf:
-        stored = {t: [json.loads(line) for line in zf.read(f"data/{t}.jsonl").decode().splitlines()]
-                  for t in longbench.TASKS}
-    assert set(hub["longbench"]) == set(longbench.TASKS)
+        stored = {
+            t: [json.loads(line) for line in zf.read(f"data/{t}.jsonl").decode().splitlines()]
+            for t in longbench.LONGBENCH_SUBSETS
+        }
+    assert set(hub["longbench"]) == set(longbench.LONGBENCH_SUBSETS)
     for task, df in hub["longbench"].items():
         records = stored[task]
         assert len(df) == len(records) == 2
@@ -139,7 +151,8 @@ def test_nemotron_select_reads_every_subset_untouched(hub, tokenizer):
         inside = [t for t in texts if WINDOW[0] < len(tokenizer.encode(t)) < WINDOW[1]]
         assert len(inside) < len(texts)  # the fixture also holds texts the window rejects
         expected_test += [(subset, i, t) for i, t in enumerate(inside[:N_TEST])]
-        expected_train += [(subset, i + N_TEST, t) for i, t in enumerate(inside[N_TEST:N_TEST + N_TRAIN])]
+        expected_train += [(subset, i + N_TEST, t) for i, t in enumerate(inside[N_TEST : N_TEST + N_TRAIN])]
+
     # The splits interleave the subsets (round i holds every subset's i-th prompt), so any prefix is diverse.
     def interleaved(items):
         return sorted(items, key=lambda item: (item[1], NEMOTRON_SUBSETS.index(item[0])))
@@ -172,25 +185,33 @@ def test_fixtures_are_deterministic(tokenizer):
 def test_dataset_files_filters_like_allow_patterns_and_sorts(tmp_path, monkeypatch):
     import huggingface_hub
 
-    from kvzap.hub_files import dataset_files
+    from kvzap.prepare.hub_files import dataset_files
 
-    for name in ("4096/test-00001-of-00002.parquet", "4096/test-00000-of-00002.parquet", "4096/train-0.parquet",
-                 "16384/test-0.parquet", "README.md"):
+    for name in (
+        "4096/test-00001-of-00002.parquet",
+        "4096/test-00000-of-00002.parquet",
+        "4096/train-0.parquet",
+        "16384/test-0.parquet",
+        "README.md",
+    ):
         (tmp_path / name).parent.mkdir(exist_ok=True)
         (tmp_path / name).write_bytes(b"x")
     calls = []
     monkeypatch.setattr(huggingface_hub, "snapshot_download", lambda *a, **k: calls.append((a, k)) or str(tmp_path))
     files = dataset_files("org/repo", "4096/*test*.parquet", revision="abc")
-    assert [f.relative_to(tmp_path).as_posix() for f in files] == ["4096/test-00000-of-00002.parquet",
-                                                                   "4096/test-00001-of-00002.parquet"]
-    assert calls == [(("org/repo",), {"repo_type": "dataset", "allow_patterns": ["4096/*test*.parquet"],
-                                      "revision": "abc"})]
+    assert [f.relative_to(tmp_path).as_posix() for f in files] == [
+        "4096/test-00000-of-00002.parquet",
+        "4096/test-00001-of-00002.parquet",
+    ]
+    assert calls == [
+        (("org/repo",), {"repo_type": "dataset", "allow_patterns": ["4096/*test*.parquet"], "revision": "abc"})
+    ]
     with pytest.raises(FileNotFoundError, match=r"'8192/\*\.parquet'.*org/repo"):
         dataset_files("org/repo", "8192/*.parquet")
 
 
 def test_nemotron_texts_stream_file_by_file_in_order(tmp_path, monkeypatch):
-    from kvzap import corpus
+    from kvzap.oracle import corpus
 
     texts = [" lead", "trail\n", "naïve ✓", "数学", "\tboth\t"]
     paths = [tmp_path / "part_0.parquet", tmp_path / "part_1.parquet"]

@@ -7,7 +7,8 @@ import pandas as pd
 import pytest
 import torch
 
-from kvzap import intervals, train
+from kvzap import intervals
+from kvzap.surrogate import train
 
 
 def _wilson_by_inversion(k: int, n: int) -> tuple[float, float]:
@@ -33,8 +34,7 @@ def test_accuracies_use_wilson_and_partial_credit_the_bootstrap():
 def test_stratified_bootstrap_keeps_each_task_size():
     seen = []
     tasks = np.array([0] * 3 + [1] * 7)
-    intervals.bootstrap(lambda idx: seen.append(np.bincount(tasks[idx], minlength=2)) or 0.0, 10, tasks,
-                        n_resamples=50)
+    intervals.bootstrap(lambda idx: seen.append(np.bincount(tasks[idx], minlength=2)) or 0.0, 10, tasks, n_resamples=50)
     assert all(list(counts) == [3, 7] for counts in seen)
 
 
@@ -50,7 +50,7 @@ def test_task_scores_average_interval_covers_the_average():
 def test_mean_over_cells_combines_half_widths():
     cells = pd.DataFrame({"average": [50.0, 70.0], "ci_low:average": [40.0, 64.0], "ci_high:average": [60.0, 76.0]})
     mean, low, high = intervals.mean_over_cells(cells, "average")
-    half = math.sqrt(10 ** 2 + 6 ** 2) / 2
+    half = math.sqrt(10**2 + 6**2) / 2
     assert (mean, low, high) == pytest.approx((60.0, 60.0 - half, 60.0 + half))
     assert intervals.mean_over_cells(cells.iloc[:1], "average") == (50.0, 40.0, 60.0)
 

@@ -9,10 +9,12 @@ import numpy as np
 import pytest
 import torch
 
-from kvzap import collect, kv_ablation, train
-from kvzap.collect import collect_split, sample_positions
-from kvzap.oracle import build_repeat_prompt, oracle_scores
-from kvzap.shards import ShardRows, read_shard, write_shard
+from kvzap.ablations import kv_input
+from kvzap.oracle import collect
+from kvzap.oracle.collect import collect_split, sample_positions
+from kvzap.oracle.scores import build_repeat_prompt, oracle_scores
+from kvzap.oracle.shards import ShardRows, read_shard, write_shard
+from kvzap.surrogate import train
 from test_collect_train import RECORD, SETTINGS, _prompts
 from tiny_models import tiny_model, tiny_tokenizer
 
@@ -22,8 +24,18 @@ TOKENS, SEED = 10, 1
 def _collect(folder, family="llama", n_prompts=3, store_kv=True, prompts=None):
     tok = tiny_tokenizer()
     model = tiny_model(family, len(tok))
-    manifest = collect_split(model, tok, prompts or _prompts(n_prompts), folder, SETTINGS, tokens_per_prompt=TOKENS,
-                             shard_tokens=15, seed=SEED, model_record=RECORD, store_kv=store_kv)
+    manifest = collect_split(
+        model,
+        tok,
+        prompts or _prompts(n_prompts),
+        folder,
+        SETTINGS,
+        tokens_per_prompt=TOKENS,
+        shard_tokens=15,
+        seed=SEED,
+        model_record=RECORD,
+        store_kv=store_kv,
+    )
     return manifest, model, tok
 
 
@@ -55,7 +67,7 @@ def _expected_kv(model, prompt, positions):
         v = (x @ attn.v_proj.weight.T).view(len(x), -1, d)
         if hasattr(attn, "k_norm"):
             k = _rms_norm(k, attn.k_norm.weight, cfg.rms_norm_eps)
-        k = k * cos + torch.cat([-k[..., d // 2:], k[..., : d // 2]], dim=-1) * sin
+        k = k * cos + torch.cat([-k[..., d // 2 :], k[..., : d // 2]], dim=-1) * sin
         out.append(torch.cat([k, v], dim=-1)[rows])  # (n, H, 2d)
     return torch.stack(out, dim=1)  # (n, L, H, 2d)
 
@@ -134,8 +146,10 @@ def test_shards_without_kv_train_as_before(tmp_path):
     for name in plain:
         assert torch.equal(plain[name], with_kv[name])
     cpu = torch.device("cpu")
-    for a, b in zip(train.fit_ridge(tmp_path / "plain", device=cpu).state_dict().values(),
-                    train.fit_ridge(tmp_path / "kv", device=cpu).state_dict().values()):
+    for a, b in zip(
+        train.fit_ridge(tmp_path / "plain", device=cpu).state_dict().values(),
+        train.fit_ridge(tmp_path / "kv", device=cpu).state_dict().values(),
+    ):
         assert torch.equal(a, b)
     kv_rows = ShardRows(train.shards(tmp_path / "kv"))
     kv_rows.verify()
@@ -151,7 +165,7 @@ def test_corrupted_kv_bytes_fail_the_checksum(tmp_path):
     shard = read_shard(path)
     raw = bytearray(path.read_bytes())
     at = bytes(raw).index(shard["kv"][3].numpy().tobytes())  # a row of kv, wherever safetensors put it
-    raw[at: at + 8] = b"\x00\x00\xc0\x7f" * 2  # two NaNs
+    raw[at : at + 8] = b"\x00\x00\xc0\x7f" * 2  # two NaNs
     path.write_bytes(bytes(raw))
     with pytest.raises(ValueError, match="shard-00000.*sha256"):
         read_shard(path)
@@ -159,47 +173,68 @@ def test_corrupted_kv_bytes_fail_the_checksum(tmp_path):
 
 def _synthetic_kv_split(folder, n, seed, layers=2, heads=3, kv_dim=8, shard=50):
     """Shards whose y[:, l, h] = kv[:, l, h] . w_lh - 7 + noise (w the same for every seed), written as
-    kvzap.collect --store-kv writes them."""
+    kvzap.oracle.collect --store-kv writes them."""
     w = torch.randn(layers, heads, kv_dim, generator=torch.Generator().manual_seed(1234))
     g = torch.Generator().manual_seed(seed)
     kv = torch.randn(n, layers, heads, kv_dim, generator=g) * 2 + 0.5
     y = torch.einsum("nlhd,lhd->nlh", kv, w) - 7 + 0.5 * torch.randn(n, layers, heads, generator=g)
     h = torch.randn(n, layers, 6, generator=g)
     folder.mkdir(parents=True)
-    shards = [write_shard(folder / f"shard-{i:05d}.safetensors",
-                          {"h": h[s:s + shard], "y": y[s:s + shard], "kv": kv[s:s + shard],
-                           "prompt": torch.arange(s, min(s + shard, n))})
-              for i, s in enumerate(range(0, n, shard))]
-    (folder / "manifest.json").write_text(json.dumps({
-        "shards": shards, "hidden_size": 6, "n_kv_heads": heads, "n_layers": layers, "n_pairs": n,
-        "params_hash": f"synthetic-{seed}", "model_id": "synthetic", "model_revision": "none"}))
+    shards = [
+        write_shard(
+            folder / f"shard-{i:05d}.safetensors",
+            {
+                "h": h[s : s + shard],
+                "y": y[s : s + shard],
+                "kv": kv[s : s + shard],
+                "prompt": torch.arange(s, min(s + shard, n)),
+            },
+        )
+        for i, s in enumerate(range(0, n, shard))
+    ]
+    (folder / "manifest.json").write_text(
+        json.dumps(
+            {
+                "shards": shards,
+                "hidden_size": 6,
+                "n_kv_heads": heads,
+                "n_layers": layers,
+                "n_pairs": n,
+                "params_hash": f"synthetic-{seed}",
+                "model_id": "synthetic",
+                "model_revision": "none",
+            }
+        )
+    )
     return kv, y
 
 
 def test_kv_ridge_equals_scikit_learn_per_head(tmp_path, monkeypatch):
     from sklearn.linear_model import Ridge
 
-    monkeypatch.setattr(kv_ablation, "ROW_CHUNK", 16)  # several batches per shard, several shards
+    monkeypatch.setattr(kv_input, "ROW_CHUNK", 16)  # several batches per shard, several shards
     kv, y = _synthetic_kv_split(tmp_path / "train", n=130, seed=0)
     test_kv, test_y = _synthetic_kv_split(tmp_path / "test", n=40, seed=1)
-    weight, bias = kv_ablation.fit_kv_ridge(tmp_path / "train", alpha=2.5, device=torch.device("cpu"))
-    y_true, y_pred = kv_ablation.predict_kv(weight, bias, tmp_path / "test")
+    weight, bias = kv_input.fit_kv_ridge(tmp_path / "train", alpha=2.5, device=torch.device("cpu"))
+    y_true, y_pred = kv_input.predict_kv(weight, bias, tmp_path / "test")
     assert torch.equal(y_true, test_y.double())
     for layer in range(2):
         for head in range(3):
             ref = Ridge(alpha=2.5).fit(kv[:, layer, head].double().numpy(), y[:, layer, head].double().numpy())
             np.testing.assert_allclose(weight[layer, head].numpy(), ref.coef_, rtol=1e-8, atol=1e-10)
             assert bias[layer, head].item() == pytest.approx(ref.intercept_, rel=1e-8)
-            np.testing.assert_allclose(y_pred[:, layer, head].numpy(),
-                                       ref.predict(test_kv[:, layer, head].double().numpy()), rtol=1e-8)
+            np.testing.assert_allclose(
+                y_pred[:, layer, head].numpy(), ref.predict(test_kv[:, layer, head].double().numpy()), rtol=1e-8
+            )
 
 
 def test_entry_point_writes_both_rows(tmp_path, monkeypatch):
     _synthetic_kv_split(tmp_path / "data" / "train", n=130, seed=0)
     _synthetic_kv_split(tmp_path / "data" / "test", n=40, seed=1)
-    monkeypatch.setattr(sys, "argv", ["kv_ablation", "--data", str(tmp_path / "data"), "--alpha", "2.5",
-                                      "--out", str(tmp_path / "out")])
-    kv_ablation.main()
+    monkeypatch.setattr(
+        sys, "argv", ["kv_ablation", "--data", str(tmp_path / "data"), "--alpha", "2.5", "--out", str(tmp_path / "out")]
+    )
+    kv_input.main()
     result = json.loads((tmp_path / "out" / "kv_ablation.json").read_text())
     assert result["params"] == {"alpha": 2.5, "data": "synthetic-0"} and result["git_commit"]
     assert result["model_id"] == "synthetic" and result["n_test_pairs"] == 40
@@ -212,7 +247,7 @@ def test_entry_point_writes_both_rows(tmp_path, monkeypatch):
     # y is linear in kv and independent of h here: the kv ridge must win by far
     assert rows["kv"]["r2_mean"] > 0.9 > 0.3 > rows["h"]["r2_mean"]
     # and the pipeline's table reads what the entry point wrote
-    from kvzap.aggregate import kv_ablation_table
+    from kvzap.report.aggregate import kv_ablation_table
 
     table = kv_ablation_table([tmp_path / "out" / "kv_ablation.json"])
     assert table["input"].tolist() == ["h", "kv"] and table["n_test_pairs"].tolist() == [40, 40]
@@ -222,7 +257,7 @@ def test_entry_point_writes_both_rows(tmp_path, monkeypatch):
 def test_ablation_refuses_shards_without_kv(tmp_path):
     _collect(tmp_path / "train", n_prompts=1, store_kv=False)
     with pytest.raises(ValueError, match=r"shard-00000.safetensors holds no keys/values.*--store-kv"):
-        kv_ablation.fit_kv_ridge(tmp_path / "train", device=torch.device("cpu"))
+        kv_input.fit_kv_ridge(tmp_path / "train", device=torch.device("cpu"))
 
 
 def test_ridge_on_no_pairs_is_refused():

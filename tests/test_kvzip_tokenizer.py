@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import torch
+from tests.tiny_models import TEXT, tiny_model, tiny_tokenizer
 from transformers import AutoTokenizer, DynamicCache
 
-from kvzap import methods
-from tests.tiny_models import TEXT, tiny_model, tiny_tokenizer
+from kvzap.evaluation import presses
 
 
 def test_kvzip_loads_the_tokenizer_once_and_still_compresses(tmp_path, monkeypatch):
@@ -16,13 +16,14 @@ def test_kvzip_loads_the_tokenizer_once_and_still_compresses(tmp_path, monkeypat
     model.config.name_or_path = str(tmp_path)
     loads = []
     real = AutoTokenizer.from_pretrained
-    monkeypatch.setattr(methods.AutoTokenizer, "from_pretrained", lambda path: loads.append(path) or real(path))
-    methods._tokenizer.cache_clear()
-    ids = tokenizer.apply_chat_template([{"role": "user", "content": TEXT}], return_tensors="pt",
-                                        return_dict=True)["input_ids"]
+    monkeypatch.setattr(presses.AutoTokenizer, "from_pretrained", lambda path: loads.append(path) or real(path))
+    presses._tokenizer.cache_clear()
+    ids = tokenizer.apply_chat_template([{"role": "user", "content": TEXT}], return_tensors="pt", return_dict=True)[
+        "input_ids"
+    ]
     masked = []
     for name in ("kvzip", "kvzip_plus", "kvzip"):
-        press = methods.build(name, 0.5, {})
+        press = presses.build(name, 0.5, {})
         with press(model), torch.no_grad():
             model.model(input_ids=ids, past_key_values=DynamicCache())
         c = model.config

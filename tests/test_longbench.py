@@ -5,14 +5,14 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from kvzap.benchmarks import longbench
+from kvzap.evaluation.suites import longbench
 
 FIXTURES = Path(__file__).parent / "fixtures" / "longbench"
 SOURCE = f"local:{FIXTURES}"
 INPUT_ENDINGS = {"trec": "\nType:", "triviaqa": "\nAnswer:", "samsum": "\nSummary:", "lsht": "\n类别："}
 
 
-@pytest.mark.parametrize("task", longbench.TASKS)
+@pytest.mark.parametrize("task", longbench.LONGBENCH_SUBSETS)
 def test_split_rebuilds_the_official_prompt(task):
     context, input_ = "DOC {context} Question: fake", "What? " + INPUT_ENDINGS.get(task, "")
     ctx, question, prefix = longbench.split_prompt(task, context, input_)
@@ -32,9 +32,9 @@ def test_kvpress_splits():
 
 
 def test_all_subsets_are_configured():
-    assert len(longbench.TASKS) == 21
+    assert len(longbench.LONGBENCH_SUBSETS) == 21
     for table in (longbench.PROMPTS, longbench.SPLITS, longbench.OFFICIAL_MAX_NEW_TOKENS):
-        assert set(table) == set(longbench.TASKS)
+        assert set(table) == set(longbench.LONGBENCH_SUBSETS)
 
 
 def test_load_fixture_rows():
@@ -85,8 +85,12 @@ def test_score_on_fixture_predictions():
         "    return total\n",  # 1
     ]
     result = longbench.score(df)
-    assert result["per_task"] == {"narrativeqa": pytest.approx(55.56), "multifieldqa_zh": 100.0, "trec": 100.0,
-                                  "lcc": 100.0}
+    assert result["per_task"] == {
+        "narrativeqa": pytest.approx(55.56),
+        "multifieldqa_zh": 100.0,
+        "trec": 100.0,
+        "lcc": 100.0,
+    }
     assert result["average"] == pytest.approx((55.56 + 300) / 4, abs=0.01)
     assert result["average_without_trec"] == pytest.approx((55.56 + 200) / 3, abs=0.01)
 

@@ -2,10 +2,27 @@
 
 import pytest
 
-from kvzap.metrics import (
-    LONGBENCH_METRICS, aime_correct, classification, code_similarity, count_score, extract_boxed, first_line,
-    longbench_score, normalize_answer, pass_at_k, qa_f1, qa_f1_zh, retrieval_score, retrieval_zh_score,
-    rouge_l, rouge_l_zh, ruler_score, string_match_all, string_match_part, token_f1,
+from kvzap.evaluation.metrics import (
+    LONGBENCH_METRICS,
+    aime_correct,
+    classification,
+    code_similarity,
+    count_score,
+    extract_boxed,
+    first_line,
+    longbench_score,
+    normalize_answer,
+    pass_at_k,
+    qa_f1,
+    qa_f1_zh,
+    retrieval_score,
+    retrieval_zh_score,
+    rouge_l,
+    rouge_l_zh,
+    ruler_score,
+    string_match_all,
+    string_match_part,
+    token_f1,
 )
 
 

@@ -4,13 +4,24 @@ import pytest
 import torch
 from transformers import MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-from kvzap.oracle import RepeatPrompt, build_repeat_prompt, oracle_scores
+from kvzap.oracle.scores import RepeatPrompt, build_repeat_prompt, oracle_scores
 from tiny_models import TEXT, tiny_config, tiny_model, tiny_tokenizer
 
 OTHER_FAMILIES = {"qwen2": (Qwen2Config, Qwen2ForCausalLM), "mistral": (MistralConfig, MistralForCausalLM)}
-SHARED_FIELDS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-                 "num_key_value_heads", "head_dim", "max_position_embeddings", "eos_token_id", "pad_token_id",
-                 "bos_token_id", "tie_word_embeddings")
+SHARED_FIELDS = (
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "max_position_embeddings",
+    "eos_token_id",
+    "pad_token_id",
+    "bos_token_id",
+    "tie_word_embeddings",
+)
 
 
 def family_model(family: str, vocab_size: int, kv_heads: int, attn: str = "sdpa"):
@@ -33,9 +44,13 @@ def reference_scores(model, prompt):
     def grab(i):
         def hook(module, args, kwargs):
             captured[i] = kwargs["hidden_states"][0].clone()
+
         return hook
 
-    handles = [layer.self_attn.register_forward_pre_hook(grab(i), with_kwargs=True) for i, layer in enumerate(model.model.layers)]
+    handles = [
+        layer.self_attn.register_forward_pre_hook(grab(i), with_kwargs=True)
+        for i, layer in enumerate(model.model.layers)
+    ]
     out = model(ids, output_attentions=True, use_cache=False)
     for handle in handles:
         handle.remove()
@@ -53,7 +68,7 @@ def reference_scores(model, prompt):
         vnorm = torch.empty(n_q, ctx.stop - ctx.start)
         for head in range(n_q):
             v_head = v[ctx, head // g, :]  # (C, d)
-            vnorm[head] = (v_head @ wo[:, head * d:(head + 1) * d].T).norm(dim=-1)
+            vnorm[head] = (v_head @ wo[:, head * d : (head + 1) * d].T).norm(dim=-1)
         hnorm = h[rep].norm(dim=-1)  # (R,)
         s = a.amax(dim=1)
         sp = (a * vnorm[:, None, :] / hnorm[None, :, None]).amax(dim=1)
@@ -82,7 +97,7 @@ def test_repeat_prompt_spans_hold_the_same_tokens():
     ids = prompt.input_ids[0]
     assert prompt.context.stop <= prompt.repeat.start
     assert ids[prompt.context].tolist() == ids[prompt.repeat].tolist()
-    assert "Repeat the previous context exactly." in tok.decode(ids[prompt.context.stop:prompt.repeat.start])
+    assert "Repeat the previous context exactly." in tok.decode(ids[prompt.context.stop : prompt.repeat.start])
 
 
 def test_hidden_states_kept_at_requested_positions():
@@ -113,11 +128,16 @@ def plain_chunk_prompts(tok, prompt: RepeatPrompt, chunk: int) -> list[RepeatPro
     context = ids[ctx].tolist()
     out = []
     for start in range(0, len(context), chunk):
-        piece = context[start:start + chunk]
-        lead = ids[ctx.stop:rep.start].tolist() if start == 0 else later + context[start - 8:start] + opening
-        seq = ids[:ctx.stop].tolist() + lead + piece
-        out.append(RepeatPrompt(torch.tensor([seq]), slice(ctx.start + start, ctx.start + start + len(piece)),
-                                slice(len(seq) - len(piece), len(seq))))
+        piece = context[start : start + chunk]
+        lead = ids[ctx.stop : rep.start].tolist() if start == 0 else later + context[start - 8 : start] + opening
+        seq = ids[: ctx.stop].tolist() + lead + piece
+        out.append(
+            RepeatPrompt(
+                torch.tensor([seq]),
+                slice(ctx.start + start, ctx.start + start + len(piece)),
+                slice(len(seq) - len(piece), len(seq)),
+            )
+        )
     return out
 
 
@@ -153,11 +173,12 @@ def test_chunking_changes_only_what_it_must():
 
     chunked = oracle_scores(model, prompt, keep_positions=keep, chunk_tokens=CHUNK)
     rep = prompt.repeat
-    cut = RepeatPrompt(prompt.input_ids[:, :rep.start + CHUNK], prompt.context, slice(rep.start, rep.start + CHUNK))
+    cut = RepeatPrompt(prompt.input_ids[:, : rep.start + CHUNK], prompt.context, slice(rep.start, rep.start + CHUNK))
     first = oracle_scores(model, cut, chunk_tokens=None)
     torch.testing.assert_close(chunked.kvzip[..., :CHUNK], first.kvzip[..., :CHUNK], atol=1e-6, rtol=1e-6)
-    torch.testing.assert_close(chunked.kvzip_plus_log[..., :CHUNK], first.kvzip_plus_log[..., :CHUNK],
-                               atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(
+        chunked.kvzip_plus_log[..., :CHUNK], first.kvzip_plus_log[..., :CHUNK], atol=1e-6, rtol=1e-6
+    )
     assert (chunked.kvzip[..., :CHUNK] <= whole.kvzip[..., :CHUNK] + 1e-6).all()
     assert (chunked.kvzip_plus_log[..., :CHUNK] <= whole.kvzip_plus_log[..., :CHUNK] + 1e-6).all()
     torch.testing.assert_close(chunked.hidden, whole.hidden)

@@ -8,8 +8,14 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
-from kvzap.oracle import (CONTINUE_INSTRUCTION, CUE_TOKENS, REPEAT_INSTRUCTION, RepeatPrompt, build_repeat_prompt,
-                          oracle_scores)
+from kvzap.oracle.scores import (
+    CONTINUE_INSTRUCTION,
+    CUE_TOKENS,
+    REPEAT_INSTRUCTION,
+    RepeatPrompt,
+    build_repeat_prompt,
+    oracle_scores,
+)
 from test_oracle import reference_scores
 from tiny_models import tiny_model, tiny_tokenizer
 
@@ -19,8 +25,11 @@ TOKENIZERS = Path(__file__).resolve().parents[1] / ".cache" / "tokenizers"
 # (text before the user's context, the assistant opening after the instruction, text after the repetition).
 TEMPLATES = {
     "qwen3": ("<|im_start|>user\n", "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n", "<|im_end|>\n"),
-    "llama3_1": ("<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\n",
-                 "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n", "<|eot_id|>"),
+    "llama3_1": (
+        "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\n",
+        "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n",
+        "<|eot_id|>",
+    ),
     "chatml": ("<|im_start|>user\n", "<|im_end|>\n<|im_start|>assistant\n", "<|im_end|>\n"),
     "none": ("user: ", "\nassistant: ", ""),
 }
@@ -73,8 +82,8 @@ def test_spans_hold_the_plain_tokenization_and_the_prompt_reads_right(template, 
     assert ids[prompt.context] == plain and ids[prompt.repeat] == plain
     before, opening, after = TEMPLATES[name]
     assert decode(tok, ids) == before + context + REPEAT_INSTRUCTION + opening + context + after
-    assert decode(tok, ids[:prompt.context.stop]) == before + context  # the user turn: context ...
-    assert decode(tok, ids[prompt.context.stop:prompt.suffix.start]) == REPEAT_INSTRUCTION  # ... + instruction
+    assert decode(tok, ids[: prompt.context.stop]) == before + context  # the user turn: context ...
+    assert decode(tok, ids[prompt.context.stop : prompt.suffix.start]) == REPEAT_INSTRUCTION  # ... + instruction
     assert decode(tok, ids[prompt.suffix]) == opening and prompt.suffix.stop == prompt.repeat.start
     assert prompt.continue_ids.tolist() == tok(CONTINUE_INSTRUCTION, add_special_tokens=False)["input_ids"]
 
@@ -92,13 +101,24 @@ def test_template_that_rewrites_content_is_named(rewrite, error):
         build_repeat_prompt(tok, "some context")
 
 
-EDGE_TEXT = "".join(CONTEXTS[k] for k in ("leading_newlines", "cjk", "code_tabs", "holds_instruction", "emoji",
-                                          "merges_with_instruction", "trailing_newline"))
+EDGE_TEXT = "".join(
+    CONTEXTS[k]
+    for k in (
+        "leading_newlines",
+        "cjk",
+        "code_tabs",
+        "holds_instruction",
+        "emoji",
+        "merges_with_instruction",
+        "trailing_newline",
+    )
+)
 
 
 def chunk_prompts(tok, name: str, prompt: RepeatPrompt, chunk: int) -> list[RepeatPrompt]:
     """KVzip's chunk prompts as whole sequences, from the instruction texts and the hand-written opening."""
     ids, ctx = prompt.input_ids[0].tolist(), prompt.context
+
     def encode(text: str) -> list[int]:
         return tok(text, add_special_tokens=False)["input_ids"]
 
@@ -106,12 +126,17 @@ def chunk_prompts(tok, name: str, prompt: RepeatPrompt, chunk: int) -> list[Repe
     context = ids[ctx]
     out = []
     for start in range(0, len(context), chunk):
-        piece = context[start:start + chunk]
-        cue = context[start - CUE_TOKENS:start]
+        piece = context[start : start + chunk]
+        cue = context[start - CUE_TOKENS : start]
         instruction = encode(REPEAT_INSTRUCTION) if start == 0 else encode(CONTINUE_INSTRUCTION) + cue
-        seq = ids[:ctx.stop] + instruction + opening + piece
-        out.append(RepeatPrompt(torch.tensor([seq]), slice(ctx.start + start, ctx.start + start + len(piece)),
-                                slice(len(seq) - len(piece), len(seq))))
+        seq = ids[: ctx.stop] + instruction + opening + piece
+        out.append(
+            RepeatPrompt(
+                torch.tensor([seq]),
+                slice(ctx.start + start, ctx.start + start + len(piece)),
+                slice(len(seq) - len(piece), len(seq)),
+            )
+        )
     return out
 
 

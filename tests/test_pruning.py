@@ -10,21 +10,44 @@ import torch
 from kvpress import DMSPress
 from kvpress.pipeline import KVPressTextGenerationPipeline
 from tokenizers import Tokenizer, models, pre_tokenizers
-from transformers import (DynamicCache, LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM,
-                          PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
+from transformers import (
+    DynamicCache,
+    LlamaConfig,
+    LlamaForCausalLM,
+    MistralConfig,
+    MistralForCausalLM,
+    PreTrainedTokenizerFast,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+    Qwen3Config,
+    Qwen3ForCausalLM,
+)
 
 from kvzap.pruning import KVzapPress, MaskedLayer, PrunedLayer, TopKPerHeadPress, TopKPerLayerPress
-from kvzap.pruning.scorers import PrecomputedScorerPress, SurrogateScorerPress
-from kvzap.surrogate import Surrogate
+from kvzap.pruning.scorer_presses import PrecomputedScorerPress, SurrogateScorerPress
+from kvzap.surrogate.model import Surrogate
 
 VOCAB = 1000
-SIZES = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-             num_key_value_heads=2, head_dim=16, max_position_embeddings=4096, tie_word_embeddings=False)
+SIZES = dict(
+    vocab_size=VOCAB,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    max_position_embeddings=4096,
+    tie_word_embeddings=False,
+)
 WINDOW = 16
 
 
-FAMILIES = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM),
-            "qwen3": (Qwen3Config, Qwen3ForCausalLM), "mistral": (MistralConfig, MistralForCausalLM)}
+FAMILIES = {
+    "llama": (LlamaConfig, LlamaForCausalLM),
+    "qwen2": (Qwen2Config, Qwen2ForCausalLM),
+    "qwen3": (Qwen3Config, Qwen3ForCausalLM),
+    "mistral": (MistralConfig, MistralForCausalLM),
+}
 
 
 def _model(family: str, **overrides):
@@ -59,7 +82,7 @@ def _teacher_forced(model, press, ids, prompt_len):
         out = model(ids[:, :prompt_len], past_key_values=cache)
         logits.append(out.logits[:, -1])
         for t in range(prompt_len, ids.shape[1]):
-            logits.append(model(ids[:, t:t + 1], past_key_values=cache).logits[:, -1])
+            logits.append(model(ids[:, t : t + 1], past_key_values=cache).logits[:, -1])
     return torch.stack(logits), cache
 
 
@@ -91,8 +114,10 @@ def test_minus_inf_threshold_prunes_nothing(model, surrogate):
 def test_greedy_generate_matches_kvpress_dmspress(surrogate):
     prompt = _tokens(100, seed=3)
     outputs, ratios = [], []
-    for press in (KVzapPress(_scorer(surrogate), threshold=0.0, window=WINDOW, decoding=True),
-                  DMSPress(_scorer(surrogate), threshold=0.0, sliding_window_size=WINDOW, decoding=True)):
+    for press in (
+        KVzapPress(_scorer(surrogate), threshold=0.0, window=WINDOW, decoding=True),
+        DMSPress(_scorer(surrogate), threshold=0.0, sliding_window_size=WINDOW, decoding=True),
+    ):
         model = _model("llama")
         with press(model):
             outputs.append(model.generate(prompt, max_new_tokens=40, do_sample=False, pad_token_id=0))
@@ -133,9 +158,11 @@ def test_kvpress_pipeline_prefill_pruning_matches_dmspress(surrogate):
     context = " ".join(f"w{i}" for i in _tokens(120, seed=7)[0].clamp(min=2).tolist())
     questions = ["w5 w6 w7", "w9 w10"]
     answers, ratios = [], []
-    for press in (KVzapPress(_scorer(surrogate), threshold=0.0, window=WINDOW),
-                  KVzapPress(_scorer(surrogate), threshold=0.0, window=WINDOW, evict=False),
-                  DMSPress(_scorer(surrogate), threshold=0.0, sliding_window_size=WINDOW)):
+    for press in (
+        KVzapPress(_scorer(surrogate), threshold=0.0, window=WINDOW),
+        KVzapPress(_scorer(surrogate), threshold=0.0, window=WINDOW, evict=False),
+        DMSPress(_scorer(surrogate), threshold=0.0, sliding_window_size=WINDOW),
+    ):
         pipe = KVPressTextGenerationPipeline(model=_model("llama"), tokenizer=_tokenizer(), device="cpu")
         answers.append(pipe(context, questions=questions, press=press, max_new_tokens=8)["answers"])
         ratios.append(press.compression_ratio)
@@ -171,13 +198,16 @@ def test_topk_press_runs_with_a_window(model, surrogate):
     assert press.compression_ratio == pytest.approx(50 / 116)
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(threshold="-4"), "threshold must be a number"),
-    (dict(threshold=None), "threshold must be a number"),
-    (dict(threshold=float("nan")), "threshold must be a number"),
-    (dict(threshold=-4.0, window=-1), "window must be an integer"),
-    (dict(threshold=-4.0, window=2.5), "window must be an integer"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(threshold="-4"), "threshold must be a number"),
+        (dict(threshold=None), "threshold must be a number"),
+        (dict(threshold=float("nan")), "threshold must be a number"),
+        (dict(threshold=-4.0, window=-1), "window must be an integer"),
+        (dict(threshold=-4.0, window=2.5), "window must be an integer"),
+    ],
+)
 def test_bad_arguments_are_refused(surrogate, kwargs, match):
     with pytest.raises(ValueError, match=match):
         KVzapPress(_scorer(surrogate), **kwargs)
@@ -209,8 +239,9 @@ def test_surrogate_loads_from_a_folder(surrogate, tmp_path):
 def test_precomputed_oracle_scores_drive_the_press():
     """An oracle's (layers, H, T) scores: exactly the entries below tau outside the window are dropped."""
     model, ids = _model("qwen3"), _tokens(70, seed=12)
-    oracle = torch.randn(SIZES["num_hidden_layers"], SIZES["num_key_value_heads"], 60,
-                         generator=torch.Generator().manual_seed(13))
+    oracle = torch.randn(
+        SIZES["num_hidden_layers"], SIZES["num_key_value_heads"], 60, generator=torch.Generator().manual_seed(13)
+    )
     press = KVzapPress(PrecomputedScorerPress(scores=oracle, offset=10), threshold=0.0, window=WINDOW)
     _, cache = _teacher_forced(model, press, ids, 70)
     expected = (oracle[..., : 70 - WINDOW - 10] < 0).sum(-1)  # the first 10 positions are unscored: kept

@@ -8,8 +8,8 @@ from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
 
 from kvzap.pruning import KVzapPress
 from kvzap.pruning.calibration import calibrate, collect_scores, mean_ratio
-from kvzap.pruning.scorers import SurrogateScorerPress
-from kvzap.surrogate import Surrogate
+from kvzap.pruning.scorer_presses import SurrogateScorerPress
+from kvzap.surrogate.model import Surrogate
 
 WINDOW = 16
 
@@ -17,8 +17,15 @@ WINDOW = 16
 @pytest.fixture(scope="module")
 def setup():
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=500, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, head_dim=16)
+    config = LlamaConfig(
+        vocab_size=500,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+    )
     model = LlamaForCausalLM(config).eval().requires_grad_(False)
     scorer = SurrogateScorerPress(surrogate=Surrogate(64, 2, 2))
     texts = [torch.randint(0, 500, (1, n), generator=torch.Generator().manual_seed(n)) for n in (90, 130, 170)]

@@ -10,9 +10,9 @@ import torch
 from kvpress.pipeline import KVPressTextGenerationPipeline
 from transformers import AttentionInterface, DynamicCache
 
-from kvzap import methods, registry
+from kvzap.evaluation import methods, presses
 from kvzap.pruning import KVzapPress, PrunedLayer, TopKPerHeadPress
-from kvzap.pruning.scorers import PrecomputedScorerPress
+from kvzap.pruning.scorer_presses import PrecomputedScorerPress
 from test_pruning import SIZES, VOCAB, WINDOW, _model, _scorer, _tokenizer, _tokens, surrogate  # noqa: F401
 
 
@@ -100,7 +100,7 @@ def _by_hand(model, surrogate, ids, chunk, **options):
     press = KVzapPress(_scorer(surrogate), threshold=0.0, window=WINDOW, decoding=True, **options)
     cache = DynamicCache()
     with press(model):
-        logits = [model(ids[:, i:i + chunk], past_key_values=cache).logits for i in range(0, ids.shape[1], chunk)]
+        logits = [model(ids[:, i : i + chunk], past_key_values=cache).logits for i in range(0, ids.shape[1], chunk)]
     return torch.cat(logits, 1), cache, press
 
 
@@ -116,13 +116,14 @@ def test_generate_prunes_the_prompt_in_chunks(surrogate):
     model, ids, chunk = _model("llama"), _tokens(150, seed=7), 40
     press = KVzapPress(_scorer(surrogate), threshold=0.0, window=WINDOW, prefill_chunk=chunk)
     with press(model):
-        generated = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=12, do_sample=False,
-                                   pad_token_id=0)
+        generated = model.generate(
+            ids, attention_mask=torch.ones_like(ids), max_new_tokens=12, do_sample=False, pad_token_id=0
+        )
     logits, cache, by_hand = _by_hand(model, surrogate, ids, chunk)
     tokens = [logits[:, -1].argmax(-1, keepdim=True)]
     for _ in range(11):  # decoding is not judged (decoding=False): greedy steps outside the press
         tokens.append(model(tokens[-1], past_key_values=cache).logits[:, -1].argmax(-1, keepdim=True))
-    assert torch.equal(generated[:, ids.shape[1]:], torch.cat(tokens, 1))
+    assert torch.equal(generated[:, ids.shape[1] :], torch.cat(tokens, 1))
     assert press.compression_ratio == by_hand.compression_ratio > 0.2
 
 
@@ -171,7 +172,7 @@ def test_padding_and_extra_outputs_are_refused_and_the_forward_restored(surrogat
 
 def test_registry_method_prefills_in_chunks(surrogate, tmp_path):
     surrogate.save_pretrained(tmp_path)
-    chunked = methods.build("kvzap_mlp_chunked", -4.0, {"mlp": tmp_path})
-    assert chunked.prefill_chunk == registry.METHODS["kvzap_mlp_chunked"].prefill_chunk == 2048
-    assert methods.build("kvzap_mlp", -4.0, {"mlp": tmp_path}).prefill_chunk is None
-    assert "kvzap_mlp_chunked" not in registry.KVZAP_METHODS  # not the paper's method: outside Table 2
+    chunked = presses.build("kvzap_mlp_chunked", -4.0, {"mlp": tmp_path})
+    assert chunked.prefill_chunk == methods.METHODS["kvzap_mlp_chunked"].prefill_chunk == 2048
+    assert presses.build("kvzap_mlp", -4.0, {"mlp": tmp_path}).prefill_chunk is None
+    assert "kvzap_mlp_chunked" not in methods.KVZAP_METHODS  # not the paper's method: outside Table 2

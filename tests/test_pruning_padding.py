@@ -2,12 +2,12 @@
 
 import pytest
 import torch
-from tiny_models import tiny_model
 from transformers import DynamicCache
 
 from kvzap.pruning import KVzapPress
-from kvzap.pruning.scorers import SurrogateScorerPress
-from kvzap.surrogate import Surrogate
+from kvzap.pruning.scorer_presses import SurrogateScorerPress
+from kvzap.surrogate.model import Surrogate
+from tiny_models import tiny_model
 
 PADDING_ERROR = "Padded batches are not supported with a pruned cache: use equal-length prompts."
 

@@ -5,21 +5,24 @@ import torch
 from transformers import DynamicCache
 
 from kvzap.pruning import KVzapPress
-from kvzap.pruning.scorers import PrecomputedScorerPress
+from kvzap.pruning.scorer_presses import PrecomputedScorerPress
 from tiny_models import tiny_model
 
 # Two KV heads, eight tokens, window 3, tau 0 (an entry is kept iff its score >= 0).
-SCORES = torch.tensor([
-    [1.0, -1.0, 2.0, -3.0, 0.0, -2.0, 5.0, -1.0],  # head 0
-    [-1.0] * 8,                                    # head 1
-])
+SCORES = torch.tensor(
+    [
+        [1.0, -1.0, 2.0, -3.0, 0.0, -2.0, 5.0, -1.0],  # head 0
+        [-1.0] * 8,  # head 1
+    ]
+)
 
 
 @pytest.mark.parametrize("evict", [True, False])
 def test_hand_worked_threshold_and_window(evict):
     model = tiny_model("llama", 100)
-    press = KVzapPress(PrecomputedScorerPress(scores=SCORES.expand(2, 2, 8)), threshold=0.0, window=3,
-                       decoding=True, evict=evict)
+    press = KVzapPress(
+        PrecomputedScorerPress(scores=SCORES.expand(2, 2, 8)), threshold=0.0, window=3, decoding=True, evict=evict
+    )
     ids = torch.arange(8)[None]
     cache = DynamicCache()
     with press(model):

@@ -11,11 +11,10 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 from transformers import DynamicCache
 
-from kvzap.pruning import KVzapPress, PrunedLayer
+from kvzap.pruning import KVzapPress, PrunedLayer, segments
 from kvzap.pruning import cache as cache_module
-from kvzap.pruning.scorers import SurrogateScorerPress
-from kvzap.pruning import segments
-from kvzap.surrogate import Surrogate
+from kvzap.pruning.scorer_presses import SurrogateScorerPress
+from kvzap.surrogate.model import Surrogate
 from tiny_models import tiny_model
 from varlen_reference import varlen_reference
 
@@ -29,15 +28,22 @@ def _per_row_reference(q, row_keys, row_values, window_keys, window_values, new_
         scores = q[r] @ k.T
         if new_mask is not None:
             visible = new_mask[r // heads if new_mask.shape[0] > 1 else 0, 0]  # (Q, T)
-            scores[:, k.shape[0] - visible.shape[-1]:] = scores[:, k.shape[0] - visible.shape[-1]:].masked_fill(
-                ~visible, -math.inf)
+            scores[:, k.shape[0] - visible.shape[-1] :] = scores[:, k.shape[0] - visible.shape[-1] :].masked_fill(
+                ~visible, -math.inf
+            )
         out[r] = torch.softmax(scores, -1) @ v
     return out
 
 
 # (kernel, mask): the flash kernels take causal masks (or a single new token), the row loop any mask
-CASES = [("rows", "arbitrary"), ("rows", "causal"), ("rows", "single"), ("flash", "causal"),
-         ("varlen", "causal"), ("varlen", "single")]
+CASES = [
+    ("rows", "arbitrary"),
+    ("rows", "causal"),
+    ("rows", "single"),
+    ("flash", "causal"),
+    ("varlen", "causal"),
+    ("varlen", "single"),
+]
 
 
 @pytest.mark.parametrize("kernel,mask", CASES)
@@ -58,8 +64,12 @@ def test_segment_attention_equals_a_per_row_loop(budget, kernel, mask, monkeypat
     q = torch.randn(rows, group * new, dim, generator=gen)
     window_keys, window_values = torch.randn(2, rows, window, dim, generator=gen)
     causal = torch.ones(new, new, dtype=torch.bool).tril().repeat(group, 1)
-    other = causal if mask != "arbitrary" else causal & torch.rand(group * new, new, generator=gen).gt(0.3) | torch.eye(
-        new, dtype=torch.bool).repeat(group, 1)
+    other = (
+        causal
+        if mask != "arbitrary"
+        else causal & torch.rand(group * new, new, generator=gen).gt(0.3)
+        | torch.eye(new, dtype=torch.bool).repeat(group, 1)
+    )
     new_mask = None if mask == "single" else torch.stack([causal, other])[:, None]  # (B, 1, Q, T), per batch row
     got = segments.segment_attention(q, packed, window_keys, window_values, new_mask, heads, budget, kernel=kernel)
     expected = _per_row_reference(q, row_keys, row_values, window_keys, window_values, new_mask, heads)
@@ -69,6 +79,7 @@ def test_segment_attention_equals_a_per_row_loop(budget, kernel, mask, monkeypat
 @pytest.mark.parametrize("tokens", [1, 6])
 def test_varlen_over_a_layer_with_nothing_judged_reads_only_the_window(tokens, monkeypatch):
     """A prompt within the window leaves no kept slots: the kernel is never handed an empty key set."""
+
     def kernel(query, key, value, *args, **kwargs):
         assert key.shape[0] > 0
         return varlen_reference(query, key, value, *args, **kwargs)
@@ -80,8 +91,10 @@ def test_varlen_over_a_layer_with_nothing_judged_reads_only_the_window(tokens, m
     q = torch.randn(2, 3 * tokens, 16, generator=gen)
     causal = None if tokens == 1 else torch.ones(tokens, tokens, dtype=torch.bool).tril().repeat(3, 1)[None, None]
     windows = layer.dense_keys.flatten(0, 1), layer.dense_values.flatten(0, 1)
-    got, want = (segments.segment_attention(q, layer.packed(), *windows, causal, 2, layer.score_budget(), kernel=k)
-                 for k in ("varlen", "rows"))
+    got, want = (
+        segments.segment_attention(q, layer.packed(), *windows, causal, 2, layer.score_budget(), kernel=k)
+        for k in ("varlen", "rows")
+    )
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 
 
@@ -113,7 +126,7 @@ def _chunked_forward(model, press, ids, prompt_len, chunk):
     with press(model):
         logits.append(model(ids[:, :prompt_len], past_key_values=cache).logits)
         for t in range(prompt_len, ids.shape[1], chunk):
-            logits.append(model(ids[:, t:t + chunk], past_key_values=cache).logits)
+            logits.append(model(ids[:, t : t + chunk], past_key_values=cache).logits)
     return torch.cat(logits, 1), cache
 
 
@@ -125,9 +138,12 @@ def test_multi_token_forwards_over_a_pruned_cache_equal_masking(budget, monkeypa
     scorer = SurrogateScorerPress(surrogate=Surrogate(64, 2, 2))
     model = tiny_model("qwen3")
     ids = torch.randint(4, 400, (2, 120), generator=torch.Generator().manual_seed(2))  # two different rows
-    runs = {evict: _chunked_forward(model, KVzapPress(scorer, threshold=0.0, window=8, decoding=True, evict=evict),
-                                    ids, 60, 7)
-            for evict in (True, False)}
+    runs = {
+        evict: _chunked_forward(
+            model, KVzapPress(scorer, threshold=0.0, window=8, decoding=True, evict=evict), ids, 60, 7
+        )
+        for evict in (True, False)
+    }
     (evicted, cache), (masked, _) = runs[True], runs[False]
     lengths = cache.layers[0].length
     assert isinstance(cache.layers[0], PrunedLayer) and len(set(lengths.tolist())) > 1  # rows differ
@@ -150,14 +166,13 @@ def test_no_tensor_outgrows_the_kept_cache(monkeypatch, kernel):
     (all queries) x (all slots) scores, 68 MB here; segment attention stays within the kept cache's size
     (the flash path: or within the kernel's fixed workspace)."""
     monkeypatch.setattr(cache_module, "MIN_SCORE_CHUNK", 1, raising=False)  # budget from the kept keys
-    monkeypatch.setattr(cache_module, "segment_attention", functools.partial(segments.segment_attention,
-                                                                             kernel=kernel))
+    monkeypatch.setattr(cache_module, "segment_attention", functools.partial(segments.segment_attention, kernel=kernel))
     gen = torch.Generator().manual_seed(3)
     heads, length, dim, group, new = 4, 2000, 16, 4, 256
     layer = PrunedLayer(*torch.randn(2, 1, heads, length, dim, generator=gen))
     layer.judge(length - 64, torch.rand(1, heads, length - 64, generator=gen) < 0.5)
     layer.update(*torch.randn(2, 1, heads, new, dim, generator=gen))
     query = torch.randn(1, heads * group, new, dim, generator=gen)
-    largest = _largest_allocation(lambda: layer.attend(query, None, dim ** -0.5))
+    largest = _largest_allocation(lambda: layer.attend(query, None, dim**-0.5))
     workspace = FLASH_WORKSPACE if kernel == "flash" else 0
     assert largest <= max(query.nbytes, layer.packed_keys.nbytes + layer.packed_values.nbytes, workspace)

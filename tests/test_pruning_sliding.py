@@ -26,6 +26,6 @@ def test_sliding_buffer_follows_cat_and_slices():
         else:
             n = min(n, reference.shape[-2])
             buffer.drop_back(n)
-            reference = reference[..., :reference.shape[-2] - n, :]
+            reference = reference[..., : reference.shape[-2] - n, :]
         assert torch.equal(buffer.data, reference)
         assert buffer.buffer.shape[-2] <= 2 * reference.shape[-2] + 2 * 9 + 40  # room stays bounded by the live size

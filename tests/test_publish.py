@@ -18,21 +18,27 @@ from huggingface_hub import DatasetCard, ModelCard
 
 from kvzap import publish
 from kvzap.provenance import stamp
-from kvzap.surrogate import Surrogate
+from kvzap.surrogate.model import Surrogate
 
 BASE = "Qwen/Qwen3-8B"
 TOKEN = "hf_test_token_never_written"
 
 
 def make_surrogate(root: Path, kind: str, base_model: str = BASE) -> tuple[Path, Surrogate]:
-    """A trained-surrogate folder as kvzap.train writes it (weights, config, metrics with R^2 per layer/head)."""
+    """A trained-surrogate folder as kvzap.surrogate.train writes it (weights, config, metrics: R^2 per layer/head)."""
     torch.manual_seed(0)
     folder = root / "surrogates" / kind
     model = Surrogate(input_dim=16, output_dim=2, n_modules=3, hidden_dim=None if kind == "linear" else 4)
     model.save_pretrained(folder, extra_config={"base_model": base_model})
-    metrics = {**stamp({"kind": kind}, {"model_id": base_model, "revision": "rev123"}, 7), "kind": kind,
-               "r2_mean": 0.45, "r2": [[0.5, 0.6], [0.4, 0.7], [0.3, 0.2]], "n_train_pairs": 100,
-               "n_test_pairs": 10, "history": []}
+    metrics = {
+        **stamp({"kind": kind}, {"model_id": base_model, "revision": "rev123"}, 7),
+        "kind": kind,
+        "r2_mean": 0.45,
+        "r2": [[0.5, 0.6], [0.4, 0.7], [0.3, 0.2]],
+        "n_train_pairs": 100,
+        "n_test_pairs": 10,
+        "history": [],
+    }
     (folder / "metrics.json").write_text(json.dumps(metrics))
     return folder, model
 
@@ -42,25 +48,39 @@ def trained(tmp_path):
     surrogates = {kind: make_surrogate(tmp_path / "results" / "qwen3-8b", kind) for kind in ("linear", "mlp")}
     tables = tmp_path / "results" / "tables"
     tables.mkdir(parents=True)
-    # as kvzap.aggregate writes results.csv: `model` is the config key (the results/<key>/ folder),
+    # as kvzap.report.aggregate writes results.csv: `model` is the config key (the results/<key>/ folder),
     # the sweep value of kvzap_<kind> is tau; other methods sweep ratios
-    pd.DataFrame({
-        "model": ["qwen3-8b"] * 7 + ["other"],
-        "model_id": [BASE] * 7 + ["other/Model"],
-        "method": ["kvzap_mlp"] * 4 + ["kvzap_linear"] * 2 + ["kvzap_mlp_head", "kvzap_mlp"],
-        "benchmark": ["ruler", "ruler", "longbench", "longbench", "ruler", "ruler", "ruler", "ruler"],
-        "value": [-5.0, -3.0, -5.0, -3.0, -5.0, -3.0, 0.5, -5.0],
-        "compression_ratio": [0.2, 0.6, 0.4, 0.8, 0.1, 0.5, 0.5, 0.99],
-        "score": [90.0, 80.0, 50.0, 45.0, 91.0, 70.0, 60.0, 1.0],
-    }).to_csv(tables / "summary.csv", index=False)
+    pd.DataFrame(
+        {
+            "model": ["qwen3-8b"] * 7 + ["other"],
+            "model_id": [BASE] * 7 + ["other/Model"],
+            "method": ["kvzap_mlp"] * 4 + ["kvzap_linear"] * 2 + ["kvzap_mlp_head", "kvzap_mlp"],
+            "benchmark": ["ruler", "ruler", "longbench", "longbench", "ruler", "ruler", "ruler", "ruler"],
+            "value": [-5.0, -3.0, -5.0, -3.0, -5.0, -3.0, 0.5, -5.0],
+            "compression_ratio": [0.2, 0.6, 0.4, 0.8, 0.1, 0.5, 0.5, 0.99],
+            "score": [90.0, 80.0, 50.0, 45.0, 91.0, 70.0, 60.0, 1.0],
+        }
+    ).to_csv(tables / "summary.csv", index=False)
     pd.DataFrame({"model": [BASE], "method": ["full"], "score": [92.0]}).to_csv(tables / "baselines.csv", index=False)
     return surrogates, sorted(tables.glob("*.csv"))
 
 
 def run(out: Path, surrogates: dict, tables: list[Path], *extra: str) -> dict:
-    publish.main(["--out", str(out), "--namespace", "me", "--dataset-repo", "me/KVzap-results",
-                  "--surrogates", *(str(folder) for folder, _ in surrogates.values()),
-                  "--tables", *map(str, tables), *extra])
+    publish.main(
+        [
+            "--out",
+            str(out),
+            "--namespace",
+            "me",
+            "--dataset-repo",
+            "me/KVzap-results",
+            "--surrogates",
+            *(str(folder) for folder, _ in surrogates.values()),
+            "--tables",
+            *map(str, tables),
+            *extra,
+        ]
+    )
     return json.loads((out / "plan.json").read_text())
 
 
@@ -74,11 +94,19 @@ def test_dry_run_folders_load_back(trained, tmp_path, monkeypatch):
     plan = run(out, surrogates, tables, "--dry-run")
 
     assert [(r["repo_id"], r["repo_type"]) for r in plan["repos"]] == [
-        ("me/KVzap-linear-Qwen3-8B", "model"), ("me/KVzap-mlp-Qwen3-8B", "model"), ("me/KVzap-results", "dataset")]
+        ("me/KVzap-linear-Qwen3-8B", "model"),
+        ("me/KVzap-mlp-Qwen3-8B", "model"),
+        ("me/KVzap-results", "dataset"),
+    ]
     assert plan["params"]["dry_run"] is True and plan["git_commit"]
     for kind, (_, original) in surrogates.items():
         folder = out / "models" / f"KVzap-{kind}-Qwen3-8B"
-        assert sorted(p.name for p in folder.iterdir()) == ["README.md", "config.json", "metrics.json", "model.safetensors"]
+        assert sorted(p.name for p in folder.iterdir()) == [
+            "README.md",
+            "config.json",
+            "metrics.json",
+            "model.safetensors",
+        ]
         theirs = KVzapModel.from_pretrained(folder)  # transformers' from_pretrained, as kvpress uses it
         ours = Surrogate.from_pretrained(folder)
         h = torch.randn(5, 3, 16)
@@ -127,18 +155,28 @@ class FakeHub:
         if path == "/api/repos/create":
             body = json.loads(request.content)
             prefix = "datasets/" if body["type"] == "dataset" else ""
-            return httpx.Response(200, json={"url": f"https://huggingface.co/{prefix}{body['organization']}/{body['name']}"})
+            return httpx.Response(
+                200, json={"url": f"https://huggingface.co/{prefix}{body['organization']}/{body['name']}"}
+            )
         if path == "/api/validate-yaml":
             return httpx.Response(200, json={"errors": [], "warnings": []})
         if "/preupload/" in path:
             files = json.loads(request.content)["files"]
-            return httpx.Response(200, json={"files": [
-                {"path": f["path"], "uploadMode": "regular", "shouldIgnore": False} for f in files]})
+            return httpx.Response(
+                200,
+                json={"files": [{"path": f["path"], "uploadMode": "regular", "shouldIgnore": False} for f in files]},
+            )
         if "/commit/" in path:  # /api/{models,datasets}/<ns>/<name>/commit/main
             kind, repo = path.split("/")[2], "/".join(path.split("/")[3:5])
             prefix = "datasets/" if kind == "datasets" else ""
-            return httpx.Response(200, json={"commitUrl": f"https://huggingface.co/{prefix}{repo}/commit/{'a' * 40}",
-                                             "commitOid": "a" * 40, "pullRequestUrl": None})
+            return httpx.Response(
+                200,
+                json={
+                    "commitUrl": f"https://huggingface.co/{prefix}{repo}/commit/{'a' * 40}",
+                    "commitOid": "a" * 40,
+                    "pullRequestUrl": None,
+                },
+            )
         return httpx.Response(500, json={"error": f"unexpected {request.method} {path}"})
 
     def posts(self) -> list[httpx.Request]:
@@ -165,10 +203,17 @@ def test_upload_goes_through_the_hub_api_with_the_env_token(trained, tmp_path, m
     assert all(r.headers["authorization"] == f"Bearer {TOKEN}" for r in posts)
     assert [r.url.path for r in posts] == [
         path
-        for repo, kind in [("me/KVzap-linear-Qwen3-8B", "models"), ("me/KVzap-mlp-Qwen3-8B", "models"),
-                           ("me/KVzap-results", "datasets")]
-        for path in ("/api/repos/create", "/api/validate-yaml", f"/api/{kind}/{repo}/preupload/main",
-                     f"/api/{kind}/{repo}/commit/main")
+        for repo, kind in [
+            ("me/KVzap-linear-Qwen3-8B", "models"),
+            ("me/KVzap-mlp-Qwen3-8B", "models"),
+            ("me/KVzap-results", "datasets"),
+        ]
+        for path in (
+            "/api/repos/create",
+            "/api/validate-yaml",
+            f"/api/{kind}/{repo}/preupload/main",
+            f"/api/{kind}/{repo}/commit/main",
+        )
     ]
     creates = [json.loads(r.content) for r in posts if r.url.path == "/api/repos/create"]
     assert creates == [
@@ -210,8 +255,14 @@ def test_missing_surrogate_file_is_named(tmp_path):
 
 def test_tau_curve_matches_the_model_by_config_key(tmp_path):
     table = tmp_path / "results.csv"
-    pd.DataFrame({"model": ["qwen3-8b", "qwen3-8b", "other"], "method": ["kvzap_linear"] * 3,
-                  "value": [-4.0, float("nan"), -4.0], "compression_ratio": [0.5, 0.0, 0.9]}).to_csv(table, index=False)
+    pd.DataFrame(
+        {
+            "model": ["qwen3-8b", "qwen3-8b", "other"],
+            "method": ["kvzap_linear"] * 3,
+            "value": [-4.0, float("nan"), -4.0],
+            "compression_ratio": [0.5, 0.0, 0.9],
+        }
+    ).to_csv(table, index=False)
     curve = publish.tau_curve([table], {"qwen3-8b"}, "linear")
     assert curve.to_dict("records") == [{"threshold": -4.0, "compression_ratio": 0.5}]
     assert publish.tau_curve([table], {"Qwen3-8B"}, "linear").empty

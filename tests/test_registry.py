@@ -1,4 +1,4 @@
-"""kvzap.registry is the one list of methods: a new method is one entry, seen by the config checks, the sweep,
+"""kvzap.evaluation.methods is the one list of methods: a new method is one entry, seen by the config checks, the sweep,
 the tables and the figure legends."""
 
 from __future__ import annotations
@@ -14,7 +14,9 @@ import pytest
 import yaml
 from snakemake.utils import validate as fill_defaults
 
-from kvzap import figures, plan, registry, tables
+from kvzap.evaluation import methods
+from kvzap.plan import checks, errors, schema, sweep
+from kvzap.report import figures, tables
 
 ROOT = Path(__file__).resolve().parents[1]
 CI = yaml.safe_load((ROOT / "config" / "ci.yaml").read_text())
@@ -22,14 +24,14 @@ CI = yaml.safe_load((ROOT / "config" / "ci.yaml").read_text())
 
 @pytest.fixture
 def made_up(monkeypatch):
-    monkeypatch.setitem(registry.METHODS, "fancy_press", registry.MethodInfo("ratio", "Fancy Press"))
+    monkeypatch.setitem(methods.METHODS, "fancy_press", methods.MethodInfo("ratio", "Fancy Press"))
     return "fancy_press"
 
 
 def _planned(config):
-    plan.validate(config, ROOT / "config" / "schema.json")
-    fill_defaults(config, str(ROOT / "config" / "schema.json"))
-    plan.check(config)
+    schema.validate(config, schema.SCHEMA)
+    fill_defaults(config, str(schema.SCHEMA))
+    checks.check(config)
     return config
 
 
@@ -37,12 +39,24 @@ def test_a_new_method_is_one_registry_entry(made_up):
     config = copy.deepcopy(CI)
     config["evaluation"]["methods"].append(made_up)
     config["figures"]["ruler_tradeoff"]["methods"] = ["full", made_up]
-    cells = plan.cells(_planned(config))
+    cells = sweep.cells(_planned(config))
     assert [c.value for c in cells if c.method == made_up] == ["0.5"]  # swept over evaluation.ratios
-    assert registry.label(made_up) == "Fancy Press"
-    results = pd.DataFrame([
-        dict(model="m", benchmark="b", benchmark_type="ruler", subset="512", method=m, value=v, compression_ratio=r,
-             average=a) for m, v, r, a in (("full", None, 0.0, 90.0), (made_up, 0.5, 0.5, 80.0))])
+    assert methods.label(made_up) == "Fancy Press"
+    results = pd.DataFrame(
+        [
+            dict(
+                model="m",
+                benchmark="b",
+                benchmark_type="ruler",
+                subset="512",
+                method=m,
+                value=v,
+                compression_ratio=r,
+                average=a,
+            )
+            for m, v, r, a in (("full", None, 0.0, 90.0), (made_up, 0.5, 0.5, 80.0))
+        ]
+    )
     fig, ax = plt.subplots()
     figures._curves(ax, results, "average", None)
     assert set(ax.get_legend_handles_labels()[1]) == {"Full cache", "Fancy Press"}
@@ -53,10 +67,10 @@ def test_a_new_method_is_one_registry_entry(made_up):
 def test_unregistered_method_is_refused():
     config = copy.deepcopy(CI)
     config["evaluation"]["methods"].append("fancy_press")
-    with pytest.raises(plan.ConfigError, match="unknown method"):
+    with pytest.raises(errors.ConfigError, match="unknown method"):
         _planned(config)
 
 
 def test_registry_and_plan_import_without_torch():
-    code = "import sys, kvzap.plan, kvzap.registry; assert 'torch' not in sys.modules, 'torch imported'"
+    code = "import sys, kvzap.plan, kvzap.evaluation.methods; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -6,7 +6,7 @@ from collections import Counter
 import pandas as pd
 import pytest
 
-from kvzap.benchmarks import ruler
+from kvzap.evaluation.suites import ruler
 from tiny_models import tiny_tokenizer
 
 CONTEXT = 2048  # the byte-level test tokenizer spends ~2 tokens per short word
@@ -18,12 +18,15 @@ def tokenizer():
 
 
 def n_tokens(tokenizer, row):
-    return len(tokenizer(row["context"] + row["question"] + row["answer_prefix"], add_special_tokens=False)["input_ids"])
+    return len(
+        tokenizer(row["context"] + row["question"] + row["answer_prefix"], add_special_tokens=False)["input_ids"]
+    )
 
 
 def test_task_lists():
-    assert len(ruler.TASKS) == 13
-    assert set(ruler.OFFLINE_TASKS) == set(ruler.TASKS) - {"qa_1", "qa_2"}
+    assert len(ruler.RULER_TASKS) == 13
+    assert set(ruler.RULER_OFFLINE_TASKS) == set(ruler.RULER_TASKS) - {"qa_1", "qa_2"}
+    assert tuple(ruler.NIAH_TASKS) == ruler.RULER_NIAH_TASKS  # the catalog names every needle task generated here
 
 
 def test_cwe_answers_are_the_most_common_words(tokenizer):
@@ -71,17 +74,21 @@ def test_offline_load_skips_qa_with_a_warning(tokenizer):
     with pytest.warns(UserWarning, match="qa_1.*SQuAD"):
         df = ruler.load("offline", "512", tokenizer, n_samples=1, seed=0, tasks=["vt", "qa_1", "qa_2"])
     assert df["task"].tolist() == ["vt"]
-    assert set(df.columns) >= {"sample_id", "task", "context", "question", "answer_prefix", "answers",
-                               "max_new_tokens"}
+    assert set(df.columns) >= {"sample_id", "task", "context", "question", "answer_prefix", "answers", "max_new_tokens"}
 
 
 def test_local_load_in_hub_layout(tmp_path):
     (tmp_path / "4096").mkdir()
-    hub = pd.DataFrame({
-        "context": ["c"] * 5, "question": ["q"] * 5, "answer_prefix": ["a"] * 5,
-        "answer": [["x"], ["y"], ["z"], ["u", "v"], ["w"]], "task": ["vt", "vt", "vt", "cwe", "cwe"],
-        "max_new_tokens": [30, 30, 30, 120, 120],
-    })
+    hub = pd.DataFrame(
+        {
+            "context": ["c"] * 5,
+            "question": ["q"] * 5,
+            "answer_prefix": ["a"] * 5,
+            "answer": [["x"], ["y"], ["z"], ["u", "v"], ["w"]],
+            "task": ["vt", "vt", "vt", "cwe", "cwe"],
+            "max_new_tokens": [30, 30, 30, 120, 120],
+        }
+    )
     hub.to_parquet(tmp_path / "4096" / "test-00000.parquet")
     df = ruler.load(f"local:{tmp_path}", "4096", None, n_samples=2, seed=0)
     assert df.groupby("task").size().to_dict() == {"cwe": 2, "vt": 2}
@@ -93,15 +100,19 @@ def test_local_load_in_hub_layout(tmp_path):
 
 
 def test_score():
-    df = pd.DataFrame({
-        "task": ["niah_multivalue", "niah_multivalue", "qa_1"],
-        "answers": [["1", "2"], ["3", "4"], ["Paris", "paris, france"]],
-        "prediction": ["1 and 2", "3 only", "It is Paris."],
-    })
+    df = pd.DataFrame(
+        {
+            "task": ["niah_multivalue", "niah_multivalue", "qa_1"],
+            "answers": [["1", "2"], ["3", "4"], ["Paris", "paris, france"]],
+            "prediction": ["1 and 2", "3 only", "It is Paris."],
+        }
+    )
     # niah_multivalue: (1 + 0.5) / 2 = 75; qa_1 (any reference): 100; mean over tasks 87.5.
     scored = ruler.score(df)
-    assert {k: scored[k] for k in ("per_task", "average")} == {"per_task": {"niah_multivalue": 75.0, "qa_1": 100.0},
-                                                              "average": 87.5}
+    assert {k: scored[k] for k in ("per_task", "average")} == {
+        "per_task": {"niah_multivalue": 75.0, "qa_1": 100.0},
+        "average": 87.5,
+    }
     # qa_1: one success out of one, Wilson's interval; niah_multivalue: partial credit, bootstrap over 2 samples
     assert scored["per_task_ci"]["qa_1"] == [20.65, 100.0]
     assert scored["per_task_ci"]["niah_multivalue"] == [50.0, 100.0]

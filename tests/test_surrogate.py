@@ -6,7 +6,7 @@ import pytest
 import torch
 from kvpress.presses.kvzap_press import KVzapModel
 
-from kvzap.surrogate import Surrogate
+from kvzap.surrogate.model import Surrogate
 
 
 @pytest.mark.parametrize("hidden_dim", [None, 8])
@@ -21,7 +21,11 @@ def test_round_trip_and_kvpress_loads_ours(tmp_path, hidden_dim):
     torch.testing.assert_close(theirs(x), model(x))
     config = json.loads((tmp_path / "config.json").read_text())
     assert {k: config[k] for k in ("input_dim", "output_dim", "hidden_dim", "n_modules")} == {
-        "input_dim": 32, "output_dim": 2, "hidden_dim": hidden_dim, "n_modules": 3}
+        "input_dim": 32,
+        "output_dim": 2,
+        "hidden_dim": hidden_dim,
+        "n_modules": 3,
+    }
 
 
 def test_we_load_kvpress_checkpoints(tmp_path):

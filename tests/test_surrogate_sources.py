@@ -6,11 +6,11 @@ import huggingface_hub
 import pytest
 import torch
 from kvpress.presses.kvzap_press import KVzapConfig, KVzapModel
-from tiny_models import tiny_model
 
 from kvzap.pruning import KVzapPress
-from kvzap.pruning.scorers import SurrogateScorerPress
-from kvzap.surrogate import Surrogate
+from kvzap.pruning.scorer_presses import SurrogateScorerPress
+from kvzap.surrogate.model import Surrogate
+from tiny_models import tiny_model
 
 TINY = dict(input_dim=64, output_dim=2, n_modules=2)  # tiny_model's hidden size, kv heads, layers
 
@@ -36,8 +36,16 @@ def fake_hub(monkeypatch, tmp_path):
     return asked
 
 
-@pytest.mark.parametrize("name", ["{tmp}/trained/surrogate", "./not-there", "~/no-such-kvzap-surrogate",
-                                  "results/Qwen3-8B/surrogates/mlp", "results/mlp"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "{tmp}/trained/surrogate",
+        "./not-there",
+        "~/no-such-kvzap-surrogate",
+        "results/Qwen3-8B/surrogates/mlp",
+        "results/mlp",
+    ],
+)
 def test_missing_folder_is_not_sent_to_the_hub(name, tmp_path, monkeypatch, no_hub):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "results").mkdir()  # "results/mlp" is org/name-shaped, but results/ is a local folder
@@ -57,7 +65,7 @@ def test_folder_without_weights_says_how_to_make_them(tmp_path, no_hub):
 
 
 def test_only_org_slash_name_is_a_hub_id(tmp_path, monkeypatch):
-    from kvzap.surrogate import is_hub_id
+    from kvzap.surrogate.model import is_hub_id
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "results").mkdir()
@@ -88,16 +96,22 @@ def _named_model(kvzap_model_id=None, name_or_path=""):
 
 def test_surrogate_for_another_model_is_refused(tmp_path):
     press = KVzapPress(_saved(tmp_path, "Qwen/Qwen3-8B"), threshold=-4.0)
-    with pytest.raises(ValueError, match=r"trained for Qwen/Qwen3-8B, but the model is meta-llama/Llama-3.1-8B"
-                                         r"-Instruct: .* check_base_model=False"):
+    with pytest.raises(
+        ValueError,
+        match=r"trained for Qwen/Qwen3-8B, but the model is meta-llama/Llama-3.1-8B"
+        r"-Instruct: .* check_base_model=False",
+    ):
         with press(_named_model("meta-llama/Llama-3.1-8B-Instruct")):
             pass
 
 
-@pytest.mark.parametrize("model_kwargs", [
-    dict(name_or_path="meta-llama/Llama-3.1-8B-Instruct"),  # a Hub name_or_path is the identity
-    dict(kvzap_model_id="meta-llama/Llama-3.1-8B-Instruct", name_or_path="{tmp}"),  # the id wins over a folder
-])
+@pytest.mark.parametrize(
+    "model_kwargs",
+    [
+        dict(name_or_path="meta-llama/Llama-3.1-8B-Instruct"),  # a Hub name_or_path is the identity
+        dict(kvzap_model_id="meta-llama/Llama-3.1-8B-Instruct", name_or_path="{tmp}"),  # the id wins over a folder
+    ],
+)
 def test_identity_from_hub_name_or_kvzap_model_id(tmp_path, model_kwargs):
     model_kwargs = {k: v.format(tmp=tmp_path) for k, v in model_kwargs.items()}
     press = KVzapPress(_saved(tmp_path / "s", "Qwen/Qwen3-8B"), threshold=-4.0)
@@ -106,12 +120,15 @@ def test_identity_from_hub_name_or_kvzap_model_id(tmp_path, model_kwargs):
             pass
 
 
-@pytest.mark.parametrize("base_model, model_kwargs", [
-    ("Qwen/Qwen3-8B", dict(kvzap_model_id="Qwen/Qwen3-8B", name_or_path="/some/local/folder")),
-    ("Qwen/Qwen3-8B", dict(name_or_path="{tmp}")),  # a local folder without kvzap_model_id: unknown
-    ("Qwen/Qwen3-8B", dict()),  # empty name_or_path: unknown
-    (None, dict(kvzap_model_id="meta-llama/Llama-3.1-8B-Instruct")),  # surrogate's base model unknown
-])
+@pytest.mark.parametrize(
+    "base_model, model_kwargs",
+    [
+        ("Qwen/Qwen3-8B", dict(kvzap_model_id="Qwen/Qwen3-8B", name_or_path="/some/local/folder")),
+        ("Qwen/Qwen3-8B", dict(name_or_path="{tmp}")),  # a local folder without kvzap_model_id: unknown
+        ("Qwen/Qwen3-8B", dict()),  # empty name_or_path: unknown
+        (None, dict(kvzap_model_id="meta-llama/Llama-3.1-8B-Instruct")),  # surrogate's base model unknown
+    ],
+)
 def test_matching_or_unknown_identities_are_accepted(tmp_path, base_model, model_kwargs):
     model_kwargs = {k: v.format(tmp=tmp_path) for k, v in model_kwargs.items()}
     press = KVzapPress(_saved(tmp_path / "s", base_model), threshold=-4.0)
@@ -135,8 +152,10 @@ def test_escape_hatch_accepts_a_renamed_model(tmp_path):
             pass
 
 
-@pytest.mark.parametrize("model_id, accepted", [("Qwen/Qwen3-8B", True), ("qwen/qwen3-8b", True),
-                                                ("meta-llama/Llama-3.1-8B-Instruct", False)])
+@pytest.mark.parametrize(
+    "model_id, accepted",
+    [("Qwen/Qwen3-8B", True), ("qwen/qwen3-8b", True), ("meta-llama/Llama-3.1-8B-Instruct", False)],
+)
 def test_nvidia_checkpoints_are_checked_by_their_repo_name(tmp_path, fake_hub, model_id, accepted):
     """nvidia/KVzap-* config.json records no base model (KVzapConfig has none): kvpress's naming rule does."""
     KVzapModel(KVzapConfig(**TINY)).save_pretrained(tmp_path / "hub" / "nvidia" / "KVzap-linear-Qwen3-8B")

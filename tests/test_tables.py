@@ -1,4 +1,4 @@
-"""Tables 2-4 and the window ablation (kvzap.tables, kvzap.overhead), against hand-computed values."""
+"""Tables 2-4 and the window ablation (kvzap.report.tables, kvzap.report.flops), against hand-computed values."""
 
 import inspect
 import json
@@ -6,11 +6,10 @@ import json
 import pandas as pd
 import pytest
 
-from kvzap import registry
-
 from cell_fixtures import write_aime_cell, write_cell
-from kvzap import aggregate, figures, overhead, tables
+from kvzap.evaluation import methods
 from kvzap.pruning import KVzapPress
+from kvzap.report import aggregate, flops, tables
 
 LONGBENCH = {"qasper": (40.0, 30.0), "lcc": (60.0, 65.5), "trec": (70.0, 72.5)}  # subset: (full, kvzap -4 score)
 LB_RATIOS = {"qasper": 0.5, "lcc": 0.7, "trec": 0.6}
@@ -23,19 +22,30 @@ def _results(root, cells) -> pd.DataFrame:
 @pytest.fixture
 def study(tmp_path):
     """One model: RULER 4k, LongBench (3 subsets) and AIME with full cache, kvzap_mlp -4 / -3 and kvzap_linear -5."""
-    cells = [("m", "ruler-4k", "4096", "full", None, dict(ratio=0.0, average=95.0)),
-             ("m", "ruler-4k", "4096", "kvzap_mlp", -4.0, dict(ratio=0.74, average=94.5)),
-             ("m", "ruler-4k", "4096", "kvzap_mlp", -3.0, dict(ratio=0.9, average=80.0)),
-             ("m", "ruler-4k", "4096", "kvzap_linear", -5.0, dict(ratio=0.5, average=95.0)),
-             ("m", "aime25", "aime25", "full", None, {"ratio": 0.0, "average": 60.0, "pass@1": 60.0, "pass@4": 80.0}),
-             ("m", "aime25", "aime25", "kvzap_mlp", -4.0, {"ratio": 0.75, "average": 50.0, "pass@1": 50.0, "pass@4": 80.0}),
-             ("m", "aime25", "aime25", "kvzap_mlp", -3.0, {"ratio": 0.95, "average": 0.0, "pass@1": 0.0, "pass@4": 0.0}),
-             ("m", "aime25", "aime25", "kvzap_linear", -5.0, {"ratio": 0.4, "average": 60.0, "pass@1": 60.0, "pass@4": 80.0})]
+    cells = [
+        ("m", "ruler-4k", "4096", "full", None, dict(ratio=0.0, average=95.0)),
+        ("m", "ruler-4k", "4096", "kvzap_mlp", -4.0, dict(ratio=0.74, average=94.5)),
+        ("m", "ruler-4k", "4096", "kvzap_mlp", -3.0, dict(ratio=0.9, average=80.0)),
+        ("m", "ruler-4k", "4096", "kvzap_linear", -5.0, dict(ratio=0.5, average=95.0)),
+        ("m", "aime25", "aime25", "full", None, {"ratio": 0.0, "average": 60.0, "pass@1": 60.0, "pass@4": 80.0}),
+        ("m", "aime25", "aime25", "kvzap_mlp", -4.0, {"ratio": 0.75, "average": 50.0, "pass@1": 50.0, "pass@4": 80.0}),
+        ("m", "aime25", "aime25", "kvzap_mlp", -3.0, {"ratio": 0.95, "average": 0.0, "pass@1": 0.0, "pass@4": 0.0}),
+        (
+            "m",
+            "aime25",
+            "aime25",
+            "kvzap_linear",
+            -5.0,
+            {"ratio": 0.4, "average": 60.0, "pass@1": 60.0, "pass@4": 80.0},
+        ),
+    ]
     for subset, (full, kvzap) in LONGBENCH.items():
-        cells += [("m", "longbench", subset, "full", None, dict(ratio=0.0, average=full)),
-                  ("m", "longbench", subset, "kvzap_mlp", -4.0, dict(ratio=LB_RATIOS[subset], average=kvzap)),
-                  ("m", "longbench", subset, "kvzap_mlp", -3.0, dict(ratio=0.95, average=10.0)),
-                  ("m", "longbench", subset, "kvzap_linear", -5.0, dict(ratio=0.4, average=full))]
+        cells += [
+            ("m", "longbench", subset, "full", None, dict(ratio=0.0, average=full)),
+            ("m", "longbench", subset, "kvzap_mlp", -4.0, dict(ratio=LB_RATIOS[subset], average=kvzap)),
+            ("m", "longbench", subset, "kvzap_mlp", -3.0, dict(ratio=0.95, average=10.0)),
+            ("m", "longbench", subset, "kvzap_linear", -5.0, dict(ratio=0.4, average=full)),
+        ]
     return _results(tmp_path, cells)
 
 
@@ -67,31 +77,41 @@ def test_best_auto_without_a_config_in_tolerance_takes_the_smallest_drop(study):
 
 
 def test_aime_falls_back_to_pass_at_1_only_when_cells_lack_pass_at_4(tmp_path):
-    cells = [("m", "aime25", "aime25", "full", None, {"ratio": 0.0, "average": 60.0, "pass@1": 60.0}),
-             ("m", "aime25", "aime25", "kvzap_mlp", -4.0, {"ratio": 0.7, "average": 55.0, "pass@1": 55.0})]
+    cells = [
+        ("m", "aime25", "aime25", "full", None, {"ratio": 0.0, "average": 60.0, "pass@1": 60.0}),
+        ("m", "aime25", "aime25", "kvzap_mlp", -4.0, {"ratio": 0.7, "average": 55.0, "pass@1": 55.0}),
+    ]
     best = tables.table2(_results(tmp_path, cells), {"m": {"method": "kvzap_mlp", "value": -4}})
     assert best.iloc[0][["metric", "full", "kvzap"]].tolist() == ["pass@1", 60.0, 55.0]
 
 
-@pytest.mark.parametrize("choice, message", [
-    ({"x": {"method": "kvzap_mlp", "value": -4}}, r"model\(s\) \['x'\] that have no cells"),
-    ({"m": {"method": "kvzip", "value": 0.5}}, "not one of"),
-    ({"m": {"method": "kvzap_mlp"}}, "must be"),
-])
+@pytest.mark.parametrize(
+    "choice, message",
+    [
+        ({"x": {"method": "kvzap_mlp", "value": -4}}, r"model\(s\) \['x'\] that have no cells"),
+        ({"m": {"method": "kvzip", "value": 0.5}}, "not one of"),
+        ({"m": {"method": "kvzap_mlp"}}, "must be"),
+    ],
+)
 def test_table2_rejects_a_bad_choice(study, choice, message):
     with pytest.raises(ValueError, match=message):
         tables.table2(study, choice)
 
 
 def test_window_ablation_reads_lcc_cells_of_every_kvzap_mlp_window(tmp_path):
-    cells = [("m", "longbench", "lcc", "kvzap_mlp", -4.0, dict(ratio=0.62, average=60.0)),
-             ("m", "longbench", "lcc", "kvzap_mlp_w0", -4.0, dict(ratio=0.28, average=50.0)),
-             ("m", "longbench", "lcc", "kvzap_mlp_w512", -4.0, dict(ratio=0.61, average=61.0)),
-             ("m", "longbench", "lcc", "kvzap_mlp_head", 0.5, dict(ratio=0.5, average=55.0)),
-             ("m", "longbench", "qasper", "kvzap_mlp_w0", -4.0, dict(ratio=0.3, average=20.0))]
+    cells = [
+        ("m", "longbench", "lcc", "kvzap_mlp", -4.0, dict(ratio=0.62, average=60.0)),
+        ("m", "longbench", "lcc", "kvzap_mlp_w0", -4.0, dict(ratio=0.28, average=50.0)),
+        ("m", "longbench", "lcc", "kvzap_mlp_w512", -4.0, dict(ratio=0.61, average=61.0)),
+        ("m", "longbench", "lcc", "kvzap_mlp_head", 0.5, dict(ratio=0.5, average=55.0)),
+        ("m", "longbench", "qasper", "kvzap_mlp_w0", -4.0, dict(ratio=0.3, average=20.0)),
+    ]
     table = tables.window_ablation(_results(tmp_path, cells))
-    assert table[["window", "score", "compression_ratio"]].values.tolist() == [[0, 50.0, 0.28], [128, 60.0, 0.62],
-                                                                             [512, 61.0, 0.61]]
+    assert table[["window", "score", "compression_ratio"]].values.tolist() == [
+        [0, 50.0, 0.28],
+        [128, 60.0, 0.62],
+        [512, 61.0, 0.61],
+    ]
     assert tables.DEFAULT_WINDOW == inspect.signature(KVzapPress).parameters["window"].default
 
 
@@ -120,18 +140,18 @@ def test_overhead_reproduces_paper_table_3(tmp_path):
         (tmp_path / name).mkdir()
         (tmp_path / name / "model.json").write_text(json.dumps({"path": str(tmp_path / "hf" / name)}))
         records.append(tmp_path / name / "model.json")
-    table = overhead.overhead_table(records).set_index("model")
+    table = flops.overhead_table(records).set_index("model")
     assert (100 * table["mlp_share"]).round(2).tolist() == [1.09, 0.96, 0.67]
     assert (100 * table["linear_share"]).round(2).tolist() == [0.02, 0.02, 0.01]
     assert table.loc["llama", ["H_Q", "H", "D", "D_h", "D_int"]].tolist() == [32, 8, 128, 4096, 14336]
-    shape = overhead.LayerShape.from_hf_config(QWEN3_32B)
-    assert overhead.surrogate_flops(shape, "mlp") == (5120 // 4) * (5120 + 8)  # the paper's closed form
+    shape = flops.LayerShape.from_hf_config(QWEN3_32B)
+    assert flops.surrogate_flops(shape, "mlp") == (5120 // 4) * (5120 + 8)  # the paper's closed form
 
 
 def test_overhead_names_missing_config_keys():
     with pytest.raises(ValueError, match=r"lacks \['intermediate_size'\]"):
-        overhead.LayerShape.from_hf_config({k: v for k, v in QWEN3_8B.items() if k != "intermediate_size"})
+        flops.LayerShape.from_hf_config({k: v for k, v in QWEN3_8B.items() if k != "intermediate_size"})
 
 
 def test_figure_1_names_duo_attention_on_the_fly():
-    assert registry.label("duo_attention_on_the_fly") == "DuoAttention (on the fly)"
+    assert methods.label("duo_attention_on_the_fly") == "DuoAttention (on the fly)"

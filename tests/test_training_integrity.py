@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from kvzap import train
+from kvzap.surrogate import train
 from test_collect_train import _synthetic_split
 
 KWARGS = dict(epochs=6, lr=5e-3, batch_size=64, hidden_dim=8, device=torch.device("cpu"))
@@ -38,8 +38,10 @@ def test_resume_with_other_settings_restarts(tmp_path, monkeypatch, capsys, chan
     monkeypatch.undo()
     changed = {**KWARGS, **change}
     resumed, history = train.fit_mlp(tmp_path / "train", tmp_path / "b", **changed)
-    assert f"Discarding {tmp_path / 'b' / 'checkpoint.safetensors'}: it was made with different {next(iter(change))}" \
+    assert (
+        f"Discarding {tmp_path / 'b' / 'checkpoint.safetensors'}: it was made with different {next(iter(change))}"
         in capsys.readouterr().out
+    )
     fresh, fresh_history = train.fit_mlp(tmp_path / "train", tmp_path / "c", **changed)
     assert [h["epoch"] for h in history] == list(range(1, changed["epochs"] + 1))
     assert history == fresh_history
@@ -66,12 +68,15 @@ def test_resume_with_other_training_data_restarts(tmp_path, monkeypatch, capsys)
 
 
 def test_each_epoch_shuffles_all_pairs_across_shards(tmp_path, monkeypatch):
-    from kvzap.shards import ShardRows
+    from kvzap.oracle.shards import ShardRows
 
     _synthetic_split(tmp_path / "train", n=600, shard=200)
     gathered, real_gather = [], ShardRows.gather
-    monkeypatch.setattr(ShardRows, "gather", lambda self, name, index: gathered.append((name, np.array(index)))
-                        or real_gather(self, name, index))
+    monkeypatch.setattr(
+        ShardRows,
+        "gather",
+        lambda self, name, index: gathered.append((name, np.array(index))) or real_gather(self, name, index),
+    )
     real_validation = train._validation_loss
 
     def epoch_end(*args, **kwargs):
@@ -88,7 +93,7 @@ def test_each_epoch_shuffles_all_pairs_across_shards(tmp_path, monkeypatch):
     training_pairs = np.setdiff1d(np.arange(600), held_out)
     marks = [i for i, (name, _) in enumerate(gathered) if name == "epoch end"]
     assert len(marks) == 2
-    epochs = [gathered[:marks[0]], gathered[marks[0] + 1: marks[1]]]
+    epochs = [gathered[: marks[0]], gathered[marks[0] + 1 : marks[1]]]
     orders = []
     for calls in epochs:
         batches = [index for name, index in calls if name == "h"]
@@ -104,7 +109,7 @@ def test_each_epoch_shuffles_all_pairs_across_shards(tmp_path, monkeypatch):
 def _corrupt_tensor_bytes(path):
     raw = bytearray(path.read_bytes())
     (length,) = struct.unpack("<Q", raw[:8])
-    raw[8 + length + 40: 8 + length + 104] = np.random.default_rng(0).bytes(64)
+    raw[8 + length + 40 : 8 + length + 104] = np.random.default_rng(0).bytes(64)
     path.write_bytes(bytes(raw))
 
 
@@ -122,7 +127,7 @@ def test_corrupted_shard_stops_training(tmp_path, fit):
 
 def _split_with_a_non_finite_target(folder):
     """Shards that pass their checksum but hold an inf target (as an unguarded collection could write)."""
-    from kvzap.shards import read_shard, write_shard
+    from kvzap.oracle.shards import read_shard, write_shard
 
     _synthetic_split(folder)
     path = folder / "shard-00000.safetensors"

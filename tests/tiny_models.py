@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import torch
-from tokenizers import Tokenizer, models, pre_tokenizers, trainers, decoders
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
 
 CHATML = (
@@ -36,9 +36,18 @@ def tiny_tokenizer(vocab_size: int = 400) -> PreTrainedTokenizerFast:
 
 def tiny_config(family: str, vocab_size: int, **overrides):
     common = dict(
-        vocab_size=vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=4096,
-        eos_token_id=2, pad_token_id=3, bos_token_id=None, tie_word_embeddings=False,
+        vocab_size=vocab_size,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        max_position_embeddings=4096,
+        eos_token_id=2,
+        pad_token_id=3,
+        bos_token_id=None,
+        tie_word_embeddings=False,
     )
     common.update(overrides)
     return LlamaConfig(**common) if family == "llama" else Qwen3Config(**common)

@@ -8,8 +8,22 @@ import math
 import torch
 
 
-def varlen_reference(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, *, return_aux=None, scale=None,
-                      window_size=(-1, -1), enable_gqa=False, seqused_k=None, causal_as_full=False):
+def varlen_reference(
+    query,
+    key,
+    value,
+    cu_seq_q,
+    cu_seq_k,
+    max_q,
+    max_k,
+    *,
+    return_aux=None,
+    scale=None,
+    window_size=(-1, -1),
+    enable_gqa=False,
+    seqused_k=None,
+    causal_as_full=False,
+):
     """PyTorch's `varlen_attn` (CUDA only) as documented, so its use can be checked on CPU: sequence i has
     queries cu_seq_q[i]:cu_seq_q[i+1] and keys cu_seq_k[i]: + seqused_k[i]; window_size (-1, 0) is causal,
     bottom-right aligned; lse (Hq, total_q). An empty key set gets the flash kernel's worst report: lse +inf,

@@ -30,13 +30,19 @@ def wilson(successes: float, n: int, z: float = Z95) -> tuple[float, float]:
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
-def bootstrap(statistic: Callable[[np.ndarray], float], n_units: int, strata: np.ndarray | None = None,
-              n_resamples: int = N_BOOTSTRAP, seed: int = SEED) -> tuple[float, float]:
+def bootstrap(
+    statistic: Callable[[np.ndarray], float],
+    n_units: int,
+    strata: np.ndarray | None = None,
+    n_resamples: int = N_BOOTSTRAP,
+    seed: int = SEED,
+) -> tuple[float, float]:
     """Percentile interval of statistic(indices of resampled units); resampled within strata when given."""
     rng = np.random.default_rng(seed)
     groups = [np.arange(n_units)] if strata is None else [np.flatnonzero(strata == s) for s in np.unique(strata)]
-    values = np.array([statistic(np.concatenate([rng.choice(g, size=len(g)) for g in groups]))
-                       for _ in range(n_resamples)])
+    values = np.array(
+        [statistic(np.concatenate([rng.choice(g, size=len(g)) for g in groups])) for _ in range(n_resamples)]
+    )
     values = values[np.isfinite(values)]
     if not len(values):
         return math.nan, math.nan
@@ -68,8 +74,12 @@ def task_scores(per_row: pd.Series, order: list[str] | tuple[str, ...] = ()) -> 
         return float((sums / np.bincount(codes[idx], minlength=len(names))).mean())
 
     average_ci = per_task_ci[names[0]] if len(names) == 1 else _percent(bootstrap(average, len(values), codes))
-    return {"per_task": {t: round(100 * float(s), 2) for t, s in per_task.items()}, "per_task_ci": per_task_ci,
-            "average": round(100 * float(per_task.mean()), 2), "average_ci": average_ci}
+    return {
+        "per_task": {t: round(100 * float(s), 2) for t, s in per_task.items()},
+        "per_task_ci": per_task_ci,
+        "average": round(100 * float(per_task.mean()), 2),
+        "average_ci": average_ci,
+    }
 
 
 def ci_columns(metric: str) -> tuple[str, str]:

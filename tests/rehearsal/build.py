@@ -12,9 +12,8 @@ import argparse
 from pathlib import Path
 
 import yaml
-from transformers import AutoTokenizer
-
 from tests.rehearsal import hub_datasets, hub_models
+from transformers import AutoTokenizer
 
 ROOT = Path(__file__).resolve().parents[2]
 # RULER rows shorter than their folder's name, so that ~60 jobs of 13 prompts each run on 2 CPU cores. 1024 is about
@@ -26,15 +25,25 @@ RULER_TOKENS = {4096: 1024, 16384: 2100}
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cache", type=Path, required=True, help="the Hub cache folder to fill (HF_HUB_CACHE)")
-    parser.add_argument("--config", type=Path, default=ROOT / "config" / "rehearsal.yaml",
-                        help="sizes the Nemotron rows to its oracle token window")
+    parser.add_argument(
+        "--config",
+        type=Path,
+        default=ROOT / "config" / "rehearsal.yaml",
+        help="sizes the Nemotron rows to its oracle token window",
+    )
     args = parser.parse_args()
     oracle = yaml.safe_load(args.config.read_text())["oracle"]
     args.cache.mkdir(parents=True, exist_ok=True)
     hub_models.build(args.cache)  # the DuoAttention mirror lands in <cache>/duo-attention-patterns
     tokenizer = AutoTokenizer.from_pretrained(ROOT / ".cache" / "tokenizers" / "llama3_1")  # RULER's Hub data used it
-    hub_datasets.build(args.cache, tokenizer, min_tokens=oracle["min_tokens"], max_tokens=oracle["max_tokens"],
-                       ruler_tokens=RULER_TOKENS, datasets_cache=args.cache / "datasets")
+    hub_datasets.build(
+        args.cache,
+        tokenizer,
+        min_tokens=oracle["min_tokens"],
+        max_tokens=oracle["max_tokens"],
+        ruler_tokens=RULER_TOKENS,
+        datasets_cache=args.cache / "datasets",
+    )
     print(f"offline Hub written to {args.cache}")
 
 

@@ -18,11 +18,14 @@ def _bytes(source: FileSource) -> bytes:
     return source if isinstance(source, bytes) else Path(source).read_bytes()
 
 
-def write_repo(cache: Path, repo_id: str, files: dict[str, FileSource], repo_type: str = "model",
-               revision: str = "main") -> Path:
+def write_repo(
+    cache: Path, repo_id: str, files: dict[str, FileSource], repo_type: str = "model", revision: str = "main"
+) -> Path:
     """Store `files` (path in repo -> contents) as one commit of `repo_id`; returns the snapshot folder."""
     blobs = {name: _bytes(source) for name, source in files.items()}
-    commit = hashlib.sha1(repr(sorted((n, hashlib.sha256(b).hexdigest()) for n, b in blobs.items())).encode()).hexdigest()
+    commit = hashlib.sha1(
+        repr(sorted((n, hashlib.sha256(b).hexdigest()) for n, b in blobs.items())).encode()
+    ).hexdigest()
     root = Path(cache) / f"{repo_type}s--{repo_id.replace('/', '--')}"
     snapshot = root / "snapshots" / commit
     if snapshot.exists():

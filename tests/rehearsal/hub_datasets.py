@@ -1,6 +1,6 @@
 """Small fixtures of the paper config's Hub datasets, written into a Hub cache under their real repo ids.
 
-With HF_HUB_CACHE=<cache> and HF_HUB_OFFLINE=1 the pipeline's Hub loaders (kvzap.hub_files, hf_hub_download)
+With HF_HUB_CACHE=<cache> and HF_HUB_OFFLINE=1 the pipeline's Hub loaders (kvzap.prepare.hub_files, hf_hub_download)
 read these as if downloaded. Each repository follows the real one's layout and schema:
   simonjegou/ruler          `<length>/test-00000-of-00001.parquet`: context, question, answer_prefix, answer (list),
                             task, max_new_tokens; the 11 synthetic tasks from kvzap's RULER generator (real essays,
@@ -29,16 +29,18 @@ import zipfile
 from pathlib import Path
 
 import pandas as pd
-
-from kvzap.assets import package_dir, paul_graham_essays
-from kvzap.benchmarks import aime, longbench, ruler
-from kvzap.corpus import NEMOTRON, NEMOTRON_SUBSETS
 from tests.rehearsal.hub_cache import write_repo
+
+from kvzap.evaluation.suites import aime, longbench, ruler
+from kvzap.oracle.corpus import NEMOTRON, NEMOTRON_SUBSETS
+from kvzap.prepare.assets import package_dir, paul_graham_essays
 
 RULER_LENGTHS = (4096, 16384)
 BOOKSUM = "kmfoda/booksum"
 SEED = 20260107
-QA_INSTRUCTION = "Answer the question based on the given documents. Only give me the answer and do not output any other words."
+QA_INSTRUCTION = (
+    "Answer the question based on the given documents. Only give me the answer and do not output any other words."
+)
 # Written for these fixtures: plain modern Chinese about ordinary topics, enough to fill the zh subsets.
 CHINESE = (
     "城市的公共图书馆每天早上八点开门，周末也不休息。",
@@ -51,31 +53,76 @@ CHINESE = (
     "志愿者们在公园里种下了两百棵树，希望十年后这里成为一片树林。",
 )
 TREC_CLASSES = [
-    "Abbreviation", "Expression abbreviated", "Animal", "Organ of body", "Color",
-    "Invention, book and other creative piece", "Currency name", "Disease and medicine", "Event", "Food",
-    "Musical instrument", "Language", "Letter like a-z", "Other entity", "Plant", "Product", "Religion", "Sport",
-    "Element and substance", "Symbols and sign", "Techniques and method", "Equivalent term", "Vehicle",
-    "Word with a special property", "Definition of something", "Description of something", "Manner of an action",
-    "Reason", "Group or organization of persons", "Individual", "Title of a person", "Description of a person",
-    "City", "Country", "Mountain", "Other location", "State", "Postcode or other code", "Number of something",
-    "Date", "Distance, linear measure", "Price", "Order, rank", "Other number", "Lasting time of something",
-    "Percent, fraction", "Speed", "Temperature", "Size, area and volume", "Weight",
+    "Abbreviation",
+    "Expression abbreviated",
+    "Animal",
+    "Organ of body",
+    "Color",
+    "Invention, book and other creative piece",
+    "Currency name",
+    "Disease and medicine",
+    "Event",
+    "Food",
+    "Musical instrument",
+    "Language",
+    "Letter like a-z",
+    "Other entity",
+    "Plant",
+    "Product",
+    "Religion",
+    "Sport",
+    "Element and substance",
+    "Symbols and sign",
+    "Techniques and method",
+    "Equivalent term",
+    "Vehicle",
+    "Word with a special property",
+    "Definition of something",
+    "Description of something",
+    "Manner of an action",
+    "Reason",
+    "Group or organization of persons",
+    "Individual",
+    "Title of a person",
+    "Description of a person",
+    "City",
+    "Country",
+    "Mountain",
+    "Other location",
+    "State",
+    "Postcode or other code",
+    "Number of something",
+    "Date",
+    "Distance, linear measure",
+    "Price",
+    "Order, rank",
+    "Other number",
+    "Lasting time of something",
+    "Percent, fraction",
+    "Speed",
+    "Temperature",
+    "Size, area and volume",
+    "Weight",
 ]
 LSHT_CLASSES = ["体育", "财经", "科技", "教育", "天气"]
 AIME_PROBLEMS = [
     ("Find the sum of all integer bases $b>9$ for which $17_{b}$ is a divisor of $97_{b}$.", 70),
-    ("The 9 members of a baseball team went to an ice-cream parlor after their game. Each player had a single "
-     "scoop cone of chocolate, vanilla, or strawberry ice cream. At least one player chose each flavor, and the "
-     "number of players who chose chocolate was greater than the number of players who chose vanilla, which was "
-     "greater than the number of players who chose strawberry. Let $N$ be the number of different assignments of "
-     "flavors to players that meet these conditions. Find the remainder when $N$ is divided by $1000$.", 16),
-    ("Find the number of ordered pairs $(x,y)$, where both $x$ and $y$ are integers between $-100$ and $100$ "
-     "inclusive, such that $12x^2-xy-6y^2=0$.", 117),
+    (
+        "The 9 members of a baseball team went to an ice-cream parlor after their game. Each player had a single "
+        "scoop cone of chocolate, vanilla, or strawberry ice cream. At least one player chose each flavor, and the "
+        "number of players who chose chocolate was greater than the number of players who chose vanilla, which was "
+        "greater than the number of players who chose strawberry. Let $N$ be the number of different assignments of "
+        "flavors to players that meet these conditions. Find the remainder when $N$ is divided by $1000$.",
+        16,
+    ),
+    (
+        "Find the number of ordered pairs $(x,y)$, where both $x$ and $y$ are integers between $-100$ and $100$ "
+        "inclusive, such that $12x^2-xy-6y^2=0$.",
+        117,
+    ),
 ]
 # Leading/trailing whitespace and non-ASCII text that a loader must keep as stored.
-NEMOTRON_DECORATIONS = (
-    ("", ""), ("\n\n  ", "  \n"), ("\t", ""), ("", "\n\n"),
-)
+NEMOTRON_DECORATIONS = (("", ""), ("\n\n  ", "  \n"), ("\t", ""), ("", "\n\n"))
 NEMOTRON_EXTRAS = {
     "Nemotron-CC-MATH": "Let $f(x)=x^2$; then ∫₀¹ f(x) dx = ⅓ and ∑ₖ 2⁻ᵏ = 1.",
     "Nemotron-CC-High-Quality": "Le café naïve — déjà vu, señor.",
@@ -109,6 +156,7 @@ def _count(tokenizer, text: str) -> int:
 
 # RULER ---------------------------------------------------------------------------------------------------------------
 
+
 def _ruler_qa_row(tokenizer, task: str, length: int, sentences: list[str]) -> dict:
     """RULER's qa template over essay passages, as many as fit `length` tokens; the question asks for the title
     of the third document, quoting its first sentence, so the answer is in the context and string matching scores it."""
@@ -117,7 +165,7 @@ def _ruler_qa_row(tokenizer, task: str, length: int, sentences: list[str]) -> di
     header = f"{QA_INSTRUCTION}\n\nThe following are given documents.\n\n"
     documents, used = [], _count(tokenizer, header + QA_INSTRUCTION) + 80  # 80: question and answer prefix
     for i in range(len(sentences)):
-        body = " ".join(sentences[(offset * 50 + i * 12) % len(sentences):][:12])
+        body = " ".join(sentences[(offset * 50 + i * 12) % len(sentences) :][:12])
         document = f"Document {i + 1}:\nTitle: {titles[(offset + i) % len(titles)]}\n{body}"
         used += _count(tokenizer, document + "\n\n")
         if used > length:
@@ -127,7 +175,7 @@ def _ruler_qa_row(tokenizer, task: str, length: int, sentences: list[str]) -> di
     quote = body.split(". ")[0]
     return {
         "context": header + "\n\n".join(documents) + f"\n\n{QA_INSTRUCTION}",
-        "question": f"\n\nQuestion: What is the title of the document containing the sentence \"{quote}\"?",
+        "question": f'\n\nQuestion: What is the title of the document containing the sentence "{quote}"?',
         "answer_prefix": " Answer:",
         "answer": [title_line.removeprefix("Title: ")],
         "task": task,
@@ -158,14 +206,15 @@ def _fitting_ruler_row(tokenizer, task: str, length: int) -> dict:
 
 def ruler_rows(tokenizer, length: int) -> pd.DataFrame:
     """One row per RULER task at `length` tokens, in the Hub's columns."""
-    rows = [_fitting_ruler_row(tokenizer, task, length) for task in ruler.OFFLINE_TASKS]
+    rows = [_fitting_ruler_row(tokenizer, task, length) for task in ruler.RULER_OFFLINE_TASKS]
     sentences = _essay_sentences()
-    rows += [_ruler_qa_row(tokenizer, task, length, sentences) for task in ruler.HUB_ONLY_TASKS]
+    rows += [_ruler_qa_row(tokenizer, task, length, sentences) for task in ruler.RULER_HUB_ONLY_TASKS]
     columns = ["context", "question", "answer_prefix", "answer", "task", "max_new_tokens"]
     return pd.DataFrame(rows)[columns]
 
 
 # LongBench -----------------------------------------------------------------------------------------------------------
+
 
 def _id(*parts) -> str:
     return hashlib.sha256("/".join(map(str, parts)).encode()).hexdigest()[:48]
@@ -179,15 +228,21 @@ def _next_word_question(passage: str, at: int) -> tuple[str, str]:
     """A question whose answer is read from the passage: the word following a quoted run of five words."""
     words = passage.split()
     at = at % (len(words) - 6)
-    return f"Which word comes right after \"{' '.join(words[at:at + 5])}\" in the text?", words[at + 5].strip(".,;:!?\"'")
+    return f'Which word comes right after "{" ".join(words[at : at + 5])}" in the text?', words[at + 5].strip(
+        ".,;:!?\"'"
+    )
 
 
 def _longbench_record(task: str, i: int, sentences: list[str], code: list[str]) -> dict:
     """One row of LongBench subset `task` (the official fields); contexts of a few hundred words."""
-    s = lambda k, n: " ".join(sentences[(i * 97 + k) % len(sentences):][:n])  # noqa: E731
+    s = lambda k, n: " ".join(sentences[(i * 97 + k) % len(sentences) :][:n])  # noqa: E731
     language, all_classes = "en", None
     if task in ("narrativeqa", "qasper", "multifieldqa_en", "qmsum"):
-        context = s(0, 30) if task != "qmsum" else "\n".join(f"Speaker {'AB'[k % 2]}: {sentences[(i + k) % len(sentences)]}" for k in range(30))
+        context = (
+            s(0, 30)
+            if task != "qmsum"
+            else "\n".join(f"Speaker {'AB'[k % 2]}: {sentences[(i + k) % len(sentences)]}" for k in range(30))
+        )
         question, answer = _next_word_question(context, 40 + i)
         input_, answers = question, [answer]
     elif task in ("hotpotqa", "2wikimqa", "musique"):
@@ -197,19 +252,32 @@ def _longbench_record(task: str, i: int, sentences: list[str], code: list[str]) 
         answers = [answer]
     elif task in ("gov_report", "multi_news"):
         parts = [s(8 * k, 8) for k in range(4)]
-        context = ("\n\n".join(parts) if task == "gov_report" else "\n Passage: ".join(parts))
+        context = "\n\n".join(parts) if task == "gov_report" else "\n Passage: ".join(parts)
         input_, answers = "", [" ".join(p.split(". ")[0] + "." for p in parts)]
     elif task in ("multifieldqa_zh", "dureader", "vcsum"):
         language = "zh"
-        context = _chinese(i, 24) if task != "vcsum" else "\n".join(f"发言人{k % 3 + 1}：{CHINESE[(i + k) % len(CHINESE)]}" for k in range(24))
+        context = (
+            _chinese(i, 24)
+            if task != "vcsum"
+            else "\n".join(f"发言人{k % 3 + 1}：{CHINESE[(i + k) % len(CHINESE)]}" for k in range(24))
+        )
         input_ = "" if task == "vcsum" else "研究小组在哪里测量了河水的温度？"
         answers = ["会议决定下个月开始试行新的排班制度。"] if task == "vcsum" else ["北方的一个小镇"]
     elif task == "trec":
-        shots = [("What is the capital of Peru ?", "City"), ("Who wrote Hamlet ?", "Individual"),
-                 ("How many legs does a spider have ?", "Number of something"), ("What color is the sky ?", "Color")]
+        shots = [
+            ("What is the capital of Peru ?", "City"),
+            ("Who wrote Hamlet ?", "Individual"),
+            ("How many legs does a spider have ?", "Number of something"),
+            ("What color is the sky ?", "Color"),
+        ]
         context = "\n".join(f"Question: {q}\nType: {t}" for q, t in shots * 3)
-        input_, answers = ["Question: What city hosted the 1992 Summer Olympics ?\nType:",
-                           "Question: Who painted the Mona Lisa ?\nType:"][i % 2], [["City"], ["Individual"]][i % 2]
+        input_, answers = (
+            [
+                "Question: What city hosted the 1992 Summer Olympics ?\nType:",
+                "Question: Who painted the Mona Lisa ?\nType:",
+            ][i % 2],
+            [["City"], ["Individual"]][i % 2],
+        )
         all_classes = TREC_CLASSES
     elif task == "triviaqa":
         shots = []
@@ -222,14 +290,24 @@ def _longbench_record(task: str, i: int, sentences: list[str], code: list[str]) 
         q, a = _next_word_question(passage, 3 + i)
         input_, answers = f"Passage: {passage}\nQuestion: {q}\nAnswer:", [a]
     elif task == "samsum":
-        dialogue = lambda k: "\n".join(f"{['Anna', 'Ben'][j % 2]}: {sentences[(i + k + j) % len(sentences)]}" for j in range(4))  # noqa: E731
+        dialogue = lambda k: "\n".join(
+            f"{['Anna', 'Ben'][j % 2]}: {sentences[(i + k + j) % len(sentences)]}" for j in range(4)
+        )  # noqa: E731
         context = "\n\n".join(f"Dialogue: {dialogue(k)}\nSummary: Anna and Ben talk about essay {k}." for k in range(3))
         input_, answers = f"Dialogue: {dialogue(9)}\nSummary:", ["Anna and Ben talk about an essay."]
     elif task == "lsht":
         language, all_classes = "zh", LSHT_CLASSES
-        shots = [("女排夺得世界杯冠军。", "体育"), ("央行宣布下调存款准备金率。", "财经"), (CHINESE[5], "天气"), (CHINESE[4], "教育")]
+        shots = [
+            ("女排夺得世界杯冠军。", "体育"),
+            ("央行宣布下调存款准备金率。", "财经"),
+            (CHINESE[5], "天气"),
+            (CHINESE[4], "教育"),
+        ]
         context = "\n".join(f"新闻：{n}\n类别：{c}" for n, c in shots * 2)
-        input_, answers = ["新闻：国足昨晚两球战胜对手。\n类别：", f"新闻：{CHINESE[6]}\n类别："][i % 2], [["体育"], ["科技"]][i % 2]
+        input_, answers = (
+            ["新闻：国足昨晚两球战胜对手。\n类别：", f"新闻：{CHINESE[6]}\n类别："][i % 2],
+            [["体育"], ["科技"]][i % 2],
+        )
     elif task == "passage_count":
         unique = [s(6 * k, 3) for k in range(3 + i)]
         order = unique + unique[:2]
@@ -258,8 +336,16 @@ def _longbench_record(task: str, i: int, sentences: list[str], code: list[str]) 
     else:
         raise ValueError(f"No LongBench fixture recipe for {task!r}")
     length = len(context) if language == "zh" else len(context.split())
-    return {"input": input_, "context": context, "answers": answers, "length": length, "dataset": task,
-            "language": language, "all_classes": all_classes, "_id": _id(task, i)}
+    return {
+        "input": input_,
+        "context": context,
+        "answers": answers,
+        "length": length,
+        "dataset": task,
+        "language": language,
+        "all_classes": all_classes,
+        "_id": _id(task, i),
+    }
 
 
 def longbench_zip(rows_per_task: int = 2) -> bytes:
@@ -268,7 +354,7 @@ def longbench_zip(rows_per_task: int = 2) -> bytes:
     code = [line for line in Path(textwrap.__file__).read_text(encoding="utf-8").splitlines() if line.strip()]
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as zf:
-        for task in longbench.TASKS:
+        for task in longbench.LONGBENCH_SUBSETS:
             records = [_longbench_record(task, i, sentences, code) for i in range(rows_per_task)]
             text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
             info = zipfile.ZipInfo(f"data/{task}.jsonl", date_time=(2023, 8, 1, 0, 0, 0))
@@ -278,12 +364,13 @@ def longbench_zip(rows_per_task: int = 2) -> bytes:
 
 # Nemotron ------------------------------------------------------------------------------------------------------------
 
+
 def _sized_text(tokenizer, words: list[str], start: int, target: int) -> str:
     """Consecutive essay words from `start` whose token count first reaches `target`."""
     n = max(1, int(target * 0.7))
-    while _count(tokenizer, " ".join(words[start:start + n])) < target:
+    while _count(tokenizer, " ".join(words[start : start + n])) < target:
         n += max(1, target // 20)
-    return " ".join(words[start:start + n])
+    return " ".join(words[start : start + n])
 
 
 def nemotron_rows(tokenizer, subset: str, min_tokens: int, max_tokens: int, n_inside: int = 4) -> pd.DataFrame:
@@ -303,8 +390,10 @@ def nemotron_rows(tokenizer, subset: str, min_tokens: int, max_tokens: int, n_in
         texts.append(lead + extra + body + trail)
     inside = [t for t in texts if min_tokens < len(tokenizer.encode(t)) < max_tokens]
     if len(inside) != n_inside:
-        raise ValueError(f"Nemotron fixture for {subset}: {len(inside)} of {n_inside} texts landed in "
-                         f"({min_tokens}, {max_tokens}) tokens; widen the window")
+        raise ValueError(
+            f"Nemotron fixture for {subset}: {len(inside)} of {n_inside} texts landed in "
+            f"({min_tokens}, {max_tokens}) tokens; widen the window"
+        )
     return pd.DataFrame({"id": [_id(subset, k) for k in range(len(texts))], "text": texts})
 
 
@@ -318,31 +407,50 @@ def nemotron_files(tokenizer, min_tokens: int, max_tokens: int) -> dict[str, byt
 
 # BookSum and AIME ----------------------------------------------------------------------------------------------------
 
+
 def booksum_csv(n_rows: int = 64) -> bytes:
     """BookSum's chapter-level train split: `chapter` holds the text DuoAttention scores on."""
     text = _essay_text()
     rows = []
     for i in range(n_rows):
-        chapter = text[3000 * i:3000 * i + 300 + 7 * i]  # short: 50 of them run through the model per press
+        chapter = text[3000 * i : 3000 * i + 300 + 7 * i]  # short: 50 of them run through the model per press
         summary = chapter.split(".")[0] + "."
-        rows.append({
-            "bid": 1000 + i // 4, "is_aggregate": False, "source": "gutenberg",
-            "chapter_path": f"all_chapterized_books/{1000 + i // 4}-chapters/{i % 4 + 1:02d}.txt",
-            "summary_path": f"finished_summaries/gutenberg/{1000 + i // 4}/chapter_{i % 4 + 1}.txt",
-            "book_id": f"Essays.chapter {i % 4 + 1}", "summary_id": f"chapter {i % 4 + 1}", "content": None,
-            "summary": json.dumps({"name": f"Chapter {i % 4 + 1}", "summary": summary}), "chapter": chapter,
-            "chapter_length": len(chapter.split()), "summary_name": f"Chapter {i % 4 + 1}", "summary_url": None,
-            "summary_text": summary, "summary_analysis": None, "summary_length": len(summary.split()),
-            "analysis_length": 0.0,
-        })
+        rows.append(
+            {
+                "bid": 1000 + i // 4,
+                "is_aggregate": False,
+                "source": "gutenberg",
+                "chapter_path": f"all_chapterized_books/{1000 + i // 4}-chapters/{i % 4 + 1:02d}.txt",
+                "summary_path": f"finished_summaries/gutenberg/{1000 + i // 4}/chapter_{i % 4 + 1}.txt",
+                "book_id": f"Essays.chapter {i % 4 + 1}",
+                "summary_id": f"chapter {i % 4 + 1}",
+                "content": None,
+                "summary": json.dumps({"name": f"Chapter {i % 4 + 1}", "summary": summary}),
+                "chapter": chapter,
+                "chapter_length": len(chapter.split()),
+                "summary_name": f"Chapter {i % 4 + 1}",
+                "summary_url": None,
+                "summary_text": summary,
+                "summary_analysis": None,
+                "summary_length": len(summary.split()),
+                "analysis_length": 0.0,
+            }
+        )
     return pd.DataFrame(rows).to_csv(index=False).encode("utf-8")
 
 
 def aime_parquet() -> bytes:
-    return _parquet(pd.DataFrame({
-        "question": [q for q, _ in AIME_PROBLEMS], "answer": [a for _, a in AIME_PROBLEMS],
-        "context": " ", "answer_prefix": "", "max_new_tokens": 32000,
-    }))
+    return _parquet(
+        pd.DataFrame(
+            {
+                "question": [q for q, _ in AIME_PROBLEMS],
+                "answer": [a for _, a in AIME_PROBLEMS],
+                "context": " ",
+                "answer_prefix": "",
+                "max_new_tokens": 32000,
+            }
+        )
+    )
 
 
 def write_datasets_cache(datasets_cache: Path, repo_id: str, snapshot: Path, csv_files: dict[str, str]) -> Path:
@@ -368,9 +476,15 @@ def write_datasets_cache(datasets_cache: Path, repo_id: str, snapshot: Path, csv
     return target
 
 
-def build(cache: Path, tokenizer, ruler_lengths=RULER_LENGTHS, min_tokens: int = 100, max_tokens: int = 200,
-          ruler_tokens: dict[int, int] | None = None,
-          datasets_cache: Path | None = None) -> dict[str, Path]:
+def build(
+    cache: Path,
+    tokenizer,
+    ruler_lengths=RULER_LENGTHS,
+    min_tokens: int = 100,
+    max_tokens: int = 200,
+    ruler_tokens: dict[int, int] | None = None,
+    datasets_cache: Path | None = None,
+) -> dict[str, Path]:
     """Write the five repositories into the Hub cache `cache`; returns {repo id: snapshot folder}.
     `tokenizer` sizes RULER contexts to `ruler_lengths` and Nemotron texts to the oracle window
     (min_tokens, max_tokens); pass the rehearsal's (RULER's own Hub data used Llama-3.1's). `ruler_tokens` makes

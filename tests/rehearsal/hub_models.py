@@ -4,7 +4,7 @@ Each model keeps its real architecture (Qwen3 q/k-norm, GQA ratio, rope settings
 its real tokenizer, scaled down to 2 layers and random bf16 weights, and ships the files its Hub repo ships
 (config.json in the Hub's format, generation_config.json, model.safetensors, tokenizer files). Around them: the
 Q-Filters repos QFilterPress downloads (nthngdy/<name>_qfilt) and a mirror of DuoAttention's attn_patterns/ folder
-for Llama-3.1 (read through KVZAP_DUO_PATTERNS, see kvzap.duo_patterns). Deterministic (seeded weights,
+for Llama-3.1 (read through KVZAP_DUO_PATTERNS, see kvzap.evaluation.duo_patterns). Deterministic (seeded weights,
 content-addressed commits); about 15 s of CPU to build.
 
 Not written: kmfoda/booksum for duo_attention_on_the_fly. With HF_HUB_OFFLINE=1, datasets 5.2 refuses Hub datasets
@@ -21,48 +21,102 @@ from pathlib import Path
 import numpy as np
 import torch
 from safetensors.torch import save as safetensors_bytes
+from tests.rehearsal.hub_cache import write_repo
 from transformers import AutoConfig, AutoModelForCausalLM
 
-from kvzap.duo_patterns import duo_pattern_name
-from tests.rehearsal.hub_cache import write_repo
+from kvzap.evaluation.duo_patterns import duo_pattern_name
 
 TOKENIZERS = Path(__file__).resolve().parents[2] / ".cache" / "tokenizers"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 SEED = 0
 
 _QWEN3 = {
-    "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "attention_bias": False, "attention_dropout": 0.0,
-    "bos_token_id": 151643, "eos_token_id": 151645, "head_dim": 128, "hidden_act": "silu", "hidden_size": 128,
-    "initializer_range": 0.02, "max_position_embeddings": 40960, "max_window_layers": 2, "num_hidden_layers": 2,
-    "num_key_value_heads": 2, "rms_norm_eps": 1e-06, "rope_scaling": None, "rope_theta": 1000000,
-    "sliding_window": None, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
-    "transformers_version": "4.51.0", "use_cache": True, "use_sliding_window": False, "vocab_size": 151936,
+    "architectures": ["Qwen3ForCausalLM"],
+    "model_type": "qwen3",
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "bos_token_id": 151643,
+    "eos_token_id": 151645,
+    "head_dim": 128,
+    "hidden_act": "silu",
+    "hidden_size": 128,
+    "initializer_range": 0.02,
+    "max_position_embeddings": 40960,
+    "max_window_layers": 2,
+    "num_hidden_layers": 2,
+    "num_key_value_heads": 2,
+    "rms_norm_eps": 1e-06,
+    "rope_scaling": None,
+    "rope_theta": 1000000,
+    "sliding_window": None,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "transformers_version": "4.51.0",
+    "use_cache": True,
+    "use_sliding_window": False,
+    "vocab_size": 151936,
 }
-_QWEN3_GENERATION = {"bos_token_id": 151643, "do_sample": True, "eos_token_id": [151645, 151643],
-                     "pad_token_id": 151643, "temperature": 0.6, "top_k": 20, "top_p": 0.95,
-                     "transformers_version": "4.51.0"}
+_QWEN3_GENERATION = {
+    "bos_token_id": 151643,
+    "do_sample": True,
+    "eos_token_id": [151645, 151643],
+    "pad_token_id": 151643,
+    "temperature": 0.6,
+    "top_k": 20,
+    "top_p": 0.95,
+    "transformers_version": "4.51.0",
+}
 
 # repo id -> (config.json, generation_config.json, tokenizer folder). Real values (head_dim 128 included: RoPE's
 # slow frequencies are what keep long-context queries in a half-space) except the sizes, which keep each model's
 # GQA ratio: Qwen3-8B 32:8 heads, Qwen3-32B 64:8, Llama-3.1 32:8.
 MODELS = {
-    "Qwen/Qwen3-8B": (
-        {**_QWEN3, "intermediate_size": 384, "num_attention_heads": 8}, _QWEN3_GENERATION, "qwen3"),
-    "Qwen/Qwen3-32B": (
-        {**_QWEN3, "intermediate_size": 640, "num_attention_heads": 16}, _QWEN3_GENERATION, "qwen3"),
+    "Qwen/Qwen3-8B": ({**_QWEN3, "intermediate_size": 384, "num_attention_heads": 8}, _QWEN3_GENERATION, "qwen3"),
+    "Qwen/Qwen3-32B": ({**_QWEN3, "intermediate_size": 640, "num_attention_heads": 16}, _QWEN3_GENERATION, "qwen3"),
     "meta-llama/Llama-3.1-8B-Instruct": (
-        {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "attention_bias": False,
-         "attention_dropout": 0.0, "bos_token_id": 128000, "eos_token_id": [128001, 128008, 128009],
-         "head_dim": 128, "hidden_act": "silu", "hidden_size": 128, "initializer_range": 0.02, "intermediate_size": 448,
-         "max_position_embeddings": 131072, "mlp_bias": False, "num_attention_heads": 8, "num_hidden_layers": 2,
-         "num_key_value_heads": 2, "pretraining_tp": 1, "rms_norm_eps": 1e-05,
-         "rope_scaling": {"factor": 8.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
-                          "original_max_position_embeddings": 8192, "rope_type": "llama3"},
-         "rope_theta": 500000.0, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
-         "transformers_version": "4.43.0.dev0", "use_cache": True, "vocab_size": 128256},
-        {"bos_token_id": 128000, "do_sample": True, "eos_token_id": [128001, 128008, 128009], "temperature": 0.6,
-         "top_p": 0.9, "transformers_version": "4.42.3"},
-        "llama3_1"),
+        {
+            "architectures": ["LlamaForCausalLM"],
+            "model_type": "llama",
+            "attention_bias": False,
+            "attention_dropout": 0.0,
+            "bos_token_id": 128000,
+            "eos_token_id": [128001, 128008, 128009],
+            "head_dim": 128,
+            "hidden_act": "silu",
+            "hidden_size": 128,
+            "initializer_range": 0.02,
+            "intermediate_size": 448,
+            "max_position_embeddings": 131072,
+            "mlp_bias": False,
+            "num_attention_heads": 8,
+            "num_hidden_layers": 2,
+            "num_key_value_heads": 2,
+            "pretraining_tp": 1,
+            "rms_norm_eps": 1e-05,
+            "rope_scaling": {
+                "factor": 8.0,
+                "high_freq_factor": 4.0,
+                "low_freq_factor": 1.0,
+                "original_max_position_embeddings": 8192,
+                "rope_type": "llama3",
+            },
+            "rope_theta": 500000.0,
+            "tie_word_embeddings": False,
+            "torch_dtype": "bfloat16",
+            "transformers_version": "4.43.0.dev0",
+            "use_cache": True,
+            "vocab_size": 128256,
+        },
+        {
+            "bos_token_id": 128000,
+            "do_sample": True,
+            "eos_token_id": [128001, 128008, 128009],
+            "temperature": 0.6,
+            "top_p": 0.9,
+            "transformers_version": "4.42.3",
+        },
+        "llama3_1",
+    ),
 }
 SHARED_DIRECTION_NORM = 0.5  # about twice the norm of a random embedding row (std 0.02, 128 dims)
 DUO_SINK_SIZE, DUO_RECENT_SIZE = 64, 256  # the published patterns' config.json values
@@ -116,8 +170,11 @@ def build(cache: Path, duo_mirror: Path | None = None) -> Path:
     cache = Path(cache)
     duo_mirror = Path(duo_mirror) if duo_mirror else cache / "duo-attention-patterns"
     for seed, (repo_id, (config, generation, tokenizer)) in enumerate(MODELS.items(), start=SEED):
-        files = {"config.json": _json(config), "generation_config.json": _json(generation),
-                 "model.safetensors": _weights(config, seed)}
+        files = {
+            "config.json": _json(config),
+            "generation_config.json": _json(generation),
+            "model.safetensors": _weights(config, seed),
+        }
         files |= {name: TOKENIZERS / tokenizer / name for name in TOKENIZER_FILES}
         write_repo(cache, repo_id, files)
         write_repo(cache, f"nthngdy/{repo_id.split('/')[-1]}_qfilt", _qfilter_files(config, seed))

@@ -1,6 +1,7 @@
 """KV cache pruning at inference: scorers, the DMS threshold policy, physical eviction.
 
-KVzapPress(scorer, threshold, window=128, decoding=False, evict=True, *, check_base_model=True)
+KVzapPress(scorer, threshold, window=128, decoding=False, *, evict=True, check_base_model=True, prefill_chunk=None)
+    positionally as kvpress's DMSPress(press, threshold, sliding_window_size, decoding):
     scorer     a surrogate folder or Hub id (str: only org/name is looked up on the Hub, a missing folder
                fails at once), or any kvpress ScorerPress (SurrogateScorerPress,
                PrecomputedScorerPress for KVzip/KVzip+ oracle scores, KnormPress, ...): one score per
@@ -13,8 +14,10 @@ KVzapPress(scorer, threshold, window=128, decoding=False, evict=True, *, check_b
     check_base_model  a surrogate records the model it was trained for (config.json `base_model`, or the
                nvidia/KVzap-{kind}-<model> repo name); attaching to another model (its config's
                `kvzap_model_id`, else a Hub-id `name_or_path`) is refused unless this is False.
-TopKPerHeadPress(scorer, ratio, window=128) / TopKPerLayerPress(scorer, ratio, window=128, safeguard=0.2)
-    the paper's fixed-budget ablations (prefill only).
+    prefill_chunk  None prefills in one forward; N prefills N tokens at a time, pruning between chunks.
+TopKPerHeadPress(scorer, ratio, window=128, *, evict=True, check_base_model=True, prefill_chunk=None)
+TopKPerLayerPress(scorer, ratio, window=128, *, evict=True, check_base_model=True, prefill_chunk=None, safeguard=0.2)
+    the paper's fixed-budget ablations (prefill only): each removes `ratio` of the tokens leaving the window.
 
 Usage (pruning happens after each attention op, in prefill and, with decoding=True, at every step):
 
@@ -41,9 +44,16 @@ Threshold calibration (prefill ratios; one forward per text), from Python with
 """
 
 from kvzap.pruning.cache import MaskedLayer, PrunedLayer
-from kvzap.pruning.dms import KVzapPress
-from kvzap.pruning.scorers import PrecomputedScorerPress, SurrogateScorerPress
-from kvzap.pruning.topk import TopKPerHeadPress, TopKPerLayerPress
+from kvzap.pruning.kvzap_press import KVzapPress
+from kvzap.pruning.scorer_presses import PrecomputedScorerPress, SurrogateScorerPress
+from kvzap.pruning.topk_presses import TopKPerHeadPress, TopKPerLayerPress
 
-__all__ = ["KVzapPress", "MaskedLayer", "PrecomputedScorerPress", "PrunedLayer", "SurrogateScorerPress",
-           "TopKPerHeadPress", "TopKPerLayerPress"]
+__all__ = [
+    "KVzapPress",
+    "MaskedLayer",
+    "PrecomputedScorerPress",
+    "PrunedLayer",
+    "SurrogateScorerPress",
+    "TopKPerHeadPress",
+    "TopKPerLayerPress",
+]

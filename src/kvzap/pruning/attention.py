@@ -26,9 +26,10 @@ def kvzap_attention(module, query, key, value, attention_mask, dropout=0.0, scal
     if attention_mask is not None and attention_mask.shape[-1] > key.shape[-2]:
         # Layers pruned to different lengths (kvpress's PyramidKV) share one mask sized for the longest layer. Rows
         # are unpadded and pruning only removes past entries, so this layer's keys are the mask's last columns.
-        attention_mask = attention_mask[..., -key.shape[-2]:]
-    return ALL_ATTENTION_FUNCTIONS["sdpa"](module, query, key, value, attention_mask, dropout=dropout,
-                                           scaling=scaling, **kwargs)
+        attention_mask = attention_mask[..., -key.shape[-2] :]
+    return ALL_ATTENTION_FUNCTIONS["sdpa"](
+        module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
+    )
 
 
 # Registered on import, so that `from_pretrained(..., attn_implementation="kvzap")` finds it too.

@@ -28,7 +28,7 @@ MIN_SCORE_CHUNK = 1 << 20
 class _Crop:
     """What `layer.keys[:, :, :n]` returns: kvpress's pipeline assigns it back to drop the answer tokens."""
 
-    def __init__(self, layer: "JudgedLayer"):
+    def __init__(self, layer: JudgedLayer):
         self.layer = layer
         self.length = None
 
@@ -199,7 +199,7 @@ def _new_token_mask(attention_mask, seen: int, length: int, group: int, device) 
         attention_mask = visible(attention_mask)
         if not bool(attention_mask[..., : seen - length].all()):
             raise NotImplementedError(PADDING_ERROR)
-        block = attention_mask[..., seen - length:]
+        block = attention_mask[..., seen - length :]
         if length == 1 and bool(block.all()):
             return None  # a decoding step with an all-ones mask (generate passes one): nothing to mask
     return block.repeat(1, 1, group, 1)
@@ -219,8 +219,9 @@ class PrunedLayer(JudgedLayer):
         batch, heads, _, dim = keys.shape
         n_rows, self.removed_shape = batch * heads, (batch, heads)
         self.packed_keys, self.packed_values = keys.new_empty(0, dim), values.new_empty(0, dim)  # (slots, D)
-        self.start, self.capacity, self.length = (torch.zeros(n_rows, dtype=torch.long, device=keys.device)
-                                                  for _ in range(3))  # (B * H,) each
+        self.start, self.capacity, self.length = (
+            torch.zeros(n_rows, dtype=torch.long, device=keys.device) for _ in range(3)
+        )  # (B * H,) each
         # start, capacity and length as lists too (set when they change: no device read per step)
         self.starts, self.capacities, self.lengths = [0] * n_rows, [0] * n_rows, [0] * n_rows
 
@@ -264,7 +265,10 @@ class PrunedLayer(JudgedLayer):
         keys = self.packed_keys.new_empty(int(capacity.sum()), self.packed_keys.shape[1])
         values = torch.empty_like(keys)
         for new, old, n in zip(starts, self.starts, self.lengths):
-            keys[new:new + n], values[new:new + n] = self.packed_keys[old:old + n], self.packed_values[old:old + n]
+            keys[new : new + n], values[new : new + n] = (
+                self.packed_keys[old : old + n],
+                self.packed_values[old : old + n],
+            )
         self.packed_keys, self.packed_values = keys, values
         self.start, self.capacity = start, capacity
         self.starts, self.capacities = starts, capacity.tolist()
@@ -285,9 +289,15 @@ class PrunedLayer(JudgedLayer):
     def _attend(self, q, new_mask, scaling):
         batch, heads, queries, dim = q.shape
         rows = batch * heads
-        out = segment_attention((q * scaling).reshape(rows, queries, dim), self.packed(),
-                                self.dense_keys.reshape(rows, -1, dim), self.dense_values.reshape(rows, -1, dim),
-                                new_mask, heads, self.score_budget())
+        out = segment_attention(
+            (q * scaling).reshape(rows, queries, dim),
+            self.packed(),
+            self.dense_keys.reshape(rows, -1, dim),
+            self.dense_values.reshape(rows, -1, dim),
+            new_mask,
+            heads,
+            self.score_budget(),
+        )
         return out.view(batch, heads, queries, dim)
 
     @property
@@ -314,7 +324,7 @@ class MaskedLayer(JudgedLayer):
 
     def _settle(self, n, keep):
         start = self.seen - self.window_len
-        self.dropped[..., start:start + n] = ~keep
+        self.dropped[..., start : start + n] = ~keep
 
     @property
     def removed(self) -> torch.Tensor:
@@ -324,7 +334,7 @@ class MaskedLayer(JudgedLayer):
         scores = (q @ self.dense_keys.transpose(-1, -2)).float() * scaling  # (B, H, G*T, seen)
         scores.masked_fill_(self.dropped[:, :, None, :], -math.inf)
         if new_mask is not None:
-            scores[..., self.seen - new_mask.shape[-1]:].masked_fill_(~new_mask, -math.inf)
+            scores[..., self.seen - new_mask.shape[-1] :].masked_fill_(~new_mask, -math.inf)
         return torch.softmax(scores, dim=-1).to(q.dtype) @ self.dense_values
 
     @property

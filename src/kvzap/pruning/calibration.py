@@ -12,20 +12,23 @@ import argparse
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 import torch
 from transformers import DynamicCache
 
-from kvzap.io import atomic_write_json
-from kvzap.models import load
-from kvzap.pruning.press import WindowedPress
-from kvzap.pruning.scorers import SurrogateScorerPress
+from kvzap.atomic import atomic_write_json
+from kvzap.prepare.models import load
+from kvzap.pruning.scorer_presses import SurrogateScorerPress
+from kvzap.pruning.windowed_press import WindowedPress
 
 
 @dataclass
 class _ScoreRecorder(WindowedPress):
-    """Keeps every entry and remembers, per layer, the scores of the tokens it judged."""
+    """Keeps every entry and remembers, per layer, the scores of the tokens it judged (prefill only)."""
 
+    window: int = 128
+    decoding: ClassVar[bool] = False
     judged: list[torch.Tensor] = field(default_factory=list, init=False, repr=False)
 
     def select(self, scores: torch.Tensor) -> torch.Tensor:
@@ -67,8 +70,10 @@ def threshold_for(samples: list[ScoreSample], target: float, iterations: int = 6
     scores = torch.cat([s for sample in samples for s in sample.layer_scores])
     low, high = scores.min().item() - 1.0, scores.max().item() + 1.0
     if not 0 <= target < mean_ratio(samples, high):
-        raise ValueError(f"target ratio {target} is out of reach: with this window at most "
-                         f"{mean_ratio(samples, high):.3f} of the entries can be removed")
+        raise ValueError(
+            f"target ratio {target} is out of reach: with this window at most "
+            f"{mean_ratio(samples, high):.3f} of the entries can be removed"
+        )
     for _ in range(iterations):
         middle = (low + high) / 2
         low, high = (middle, high) if mean_ratio(samples, middle) < target else (low, middle)
@@ -87,7 +92,7 @@ def calibrate(samples: list[ScoreSample], targets: list[float], curve_points: in
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model-json", required=True, help="model.json written by `python -m kvzap.models`")
+    parser.add_argument("--model-json", required=True, help="model.json written by `python -m kvzap.prepare.models`")
     parser.add_argument("--surrogate", required=True, help="surrogate folder or Hub id")
     parser.add_argument("--texts", type=Path, required=True, help="JSON list of calibration texts")
     parser.add_argument("--targets", type=float, nargs="+", default=[0.5, 0.67, 0.75])
@@ -98,8 +103,9 @@ def main() -> None:
     model, tokenizer = load(args.model_json)
     texts = json.loads(args.texts.read_text())
     ids = [tokenizer(t, return_tensors="pt").input_ids[:, : args.max_tokens] for t in texts]
-    result = calibrate(collect_scores(model, ids, SurrogateScorerPress(surrogate_path=args.surrogate), args.window),
-                       args.targets)
+    result = calibrate(
+        collect_scores(model, ids, SurrogateScorerPress(surrogate_path=args.surrogate), args.window), args.targets
+    )
     atomic_write_json(args.out, result)
     for row in result["thresholds"]:
         print(f"target {row['target']:.2f}: threshold {row['threshold']:.4f} -> ratio {row['compression_ratio']:.4f}")

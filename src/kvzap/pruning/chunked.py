@@ -45,8 +45,12 @@ def chunked_prefill(model: PreTrainedModel, chunk: int, judging: Callable[[bool]
         cache = named.get("past_key_values")
         use_cache = named.get("use_cache")
         use_cache = base.config.use_cache if use_cache is None else use_cache
-        if (tokens is None or tokens.shape[1] <= chunk or not use_cache
-                or (cache is not None and cache.get_seq_length() > 0)):
+        if (
+            tokens is None
+            or tokens.shape[1] <= chunk
+            or not use_cache
+            or (cache is not None and cache.get_seq_length() > 0)
+        ):
             return forward(*args, **kwargs)
         named["past_key_values"] = DynamicCache(config=base.config) if cache is None else cache
         judging(True)
@@ -85,8 +89,11 @@ def _run_chunks(forward, config, named: dict, length: int, chunk: int):
             part["attention_mask"] = mask[:, :end]
         if positions is not None:
             part["position_ids"] = positions[..., begin:end]
-        part["cache_position"] = (cache_positions[begin:end] if cache_positions is not None else
-                                  torch.arange(begin, end, device=_tokens(named).device))
+        part["cache_position"] = (
+            cache_positions[begin:end]
+            if cache_positions is not None
+            else torch.arange(begin, end, device=_tokens(named).device)
+        )
         out = forward(**part)
         states = out.last_hidden_state
         if hidden is None:

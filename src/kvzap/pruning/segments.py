@@ -42,8 +42,9 @@ class Packed(NamedTuple):
     length: torch.Tensor
 
 
-def segment_attention(q, packed: Packed, window_keys, window_values, new_mask, heads: int, budget: int,
-                      kernel: str | None = None) -> torch.Tensor:
+def segment_attention(
+    q, packed: Packed, window_keys, window_values, new_mask, heads: int, budget: int, kernel: str | None = None
+) -> torch.Tensor:
     """Exact softmax attention of each row's queries over its used slots and its window.
 
     q (R, Q, D), already scaled, R = B * H rows, Q = G * T queries per row (G heads of T tokens, head-major);
@@ -94,8 +95,11 @@ def kernel_trusted(q, packed: Packed, window_keys, window_values, new_mask, head
         error, scale = (got - want).abs().max().item(), want.abs().max().item()
         TRUSTED[key] = error <= TRUST_TOLERANCE * max(1.0, scale)
         if not TRUSTED[key]:
-            warnings.warn(f"varlen_attn differs from the row loop by {error:.3g} (outputs up to {scale:.3g}) on "
-                          f"{key}: segment attention uses the row loop there instead (exact, slower).")
+            warnings.warn(
+                f"varlen_attn differs from the row loop by {error:.3g} (outputs up to {scale:.3g}) on "
+                f"{key}: segment attention uses the row loop there instead (exact, slower).",
+                stacklevel=2,
+            )
     return TRUSTED[key]
 
 
@@ -116,12 +120,12 @@ def _rows(q, packed: Packed, window_keys, window_values, new_mask, heads, budget
         visible = None if new_mask is None else new_mask[r // heads if new_mask.shape[0] > 1 else 0, 0]  # (Q, T)
         step = max(1, budget // (n + window))  # at least one query: a single row of scores may exceed the budget
         for q0 in range(0, queries, step):
-            block = q[r, q0:q0 + step]  # (m, D)
+            block = q[r, q0 : q0 + step]  # (m, D)
             scores = torch.cat([block @ keys.T, block @ window_keys[r].T], -1).float()  # (m, n + W)
             if visible is not None:
-                scores[:, n + window - visible.shape[-1]:].masked_fill_(~visible[q0:q0 + step], -math.inf)
+                scores[:, n + window - visible.shape[-1] :].masked_fill_(~visible[q0 : q0 + step], -math.inf)
             p = torch.softmax(scores, -1).to(q.dtype)
-            torch.addmm(p[:, n:] @ window_values[r], p[:, :n], values, out=out[r, q0:q0 + step])  # a contiguous block
+            torch.addmm(p[:, n:] @ window_values[r], p[:, :n], values, out=out[r, q0 : q0 + step])  # a contiguous block
     return out
 
 
@@ -151,15 +155,36 @@ def _varlen(q, packed: Packed, window_keys, window_values, new_mask):
     q_bounds = torch.arange(0, (rows + 1) * new, new, dtype=torch.int32, device=q.device)
     aux = AuxRequest(lse=True)
     w_bounds = torch.arange(0, (rows + 1) * window, window, dtype=torch.int32, device=q.device)
-    out, own_lse = varlen_attn(tokens, window_keys.reshape(-1, 1, dim), window_values.reshape(-1, 1, dim),
-                               q_bounds, w_bounds, new, window, return_aux=aux, scale=1.0, enable_gqa=True,
-                               window_size=(-1, -1) if new_mask is None else (-1, 0))
+    out, own_lse = varlen_attn(
+        tokens,
+        window_keys.reshape(-1, 1, dim),
+        window_values.reshape(-1, 1, dim),
+        q_bounds,
+        w_bounds,
+        new,
+        window,
+        return_aux=aux,
+        scale=1.0,
+        enable_gqa=True,
+        window_size=(-1, -1) if new_mask is None else (-1, 0),
+    )
     if packed.keys.shape[0]:  # else nothing was judged yet (a prompt within the window): the windows are all
         bounds = torch.nn.functional.pad(packed.capacity.cumsum(0), (1, 0)).int()
         used = packed.length.int()
         longest = max(b - a for a, b in zip(packed.starts, packed.starts[1:] + [packed.keys.shape[0]]))
-        kept, kept_lse = varlen_attn(tokens, packed.keys[:, None], packed.values[:, None], q_bounds, bounds,
-                                     new, longest, return_aux=aux, scale=1.0, enable_gqa=True, seqused_k=used)
+        kept, kept_lse = varlen_attn(
+            tokens,
+            packed.keys[:, None],
+            packed.values[:, None],
+            q_bounds,
+            bounds,
+            new,
+            longest,
+            return_aux=aux,
+            scale=1.0,
+            enable_gqa=True,
+            seqused_k=used,
+        )
         # A row without used slots had no keys in this call, whatever the kernel reported for it (its lse
         # may be +inf or -inf, its output 0 or NaN): it gets the window's output alone.
         empty = (used == 0).repeat_interleave(new)  # (R*T,)
@@ -183,8 +208,12 @@ def _flash_rows(q, packed: Packed, window_keys, window_values, new):
     out = torch.empty_like(q)
     for r in range(rows):
         kept = slice(packed.starts[r], packed.starts[r] + packed.lengths[r])
-        own, own_lse = _flash(q[r].view(1, group, new, dim), window_keys[r, old:].expand(1, group, new, dim),
-                              window_values[r, old:].expand(1, group, new, dim), causal=True)
+        own, own_lse = _flash(
+            q[r].view(1, group, new, dim),
+            window_keys[r, old:].expand(1, group, new, dim),
+            window_values[r, old:].expand(1, group, new, dim),
+            causal=True,
+        )
         own, own_lse = own.reshape(queries, dim), own_lse.reshape(queries)
         if packed.lengths[r] + old == 0:
             out[r] = own

@@ -1,0 +1,1 @@
+"""Stage 4, evaluation: one job per (model, benchmark entry, method, value), its methods, suites and metrics."""

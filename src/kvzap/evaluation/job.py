@@ -1,0 +1,212 @@
+"""One evaluation cell: (benchmark, subset, model, method, parameter) -> predictions.csv + metrics.json.
+
+Protocol of kvpress's pipeline: the chat-templated context is prefilled under the press (and compressed);
+question and answer prefix follow uncompressed; greedy decoding with per-task lengths. Benchmarks whose
+GENERATION asks for sampling (AIME25) instead run `model.generate` under the press with compression during
+decoding, several rollouts per problem.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pandas as pd
+import torch
+from tqdm import tqdm
+from transformers import pipeline
+
+from kvzap.atomic import atomic_write_json
+from kvzap.evaluation import presses
+from kvzap.evaluation.predictions import write_predictions
+from kvzap.evaluation.suites import BENCHMARKS, benchmark_module
+from kvzap.prepare import models
+from kvzap.provenance import stamp
+
+
+def _n_tokens(tokenizer, text: str) -> int:
+    return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def check_lengths(rows: pd.DataFrame, tokenizer, max_positions: int) -> None:
+    """Refuse, before any compute, samples that do not fit the model's context window (rows need context_tokens)."""
+    for row in rows.itertuples():
+        need = row.context_tokens + _n_tokens(tokenizer, row.question + row.answer_prefix) + 64 + row.max_new_tokens
+        if need > max_positions:
+            raise SystemExit(
+                f"Sample {row.sample_id} needs ~{need} positions (context + question + template + {row.max_new_tokens} "
+                f"new tokens) but the model allows {max_positions}: evaluate a shorter dataset configuration "
+                "(e.g. a smaller RULER context length) or a model with a longer context."
+            )
+
+
+def _compression_ratio(press) -> float:
+    return 0.0 if press is None else float(press.compression_ratio)
+
+
+def run_greedy(model, tokenizer, rows: pd.DataFrame, press) -> pd.DataFrame:
+    pipe = pipeline("kv-press-text-generation", model=model, tokenizer=tokenizer, device=model.device)
+    out = []
+    for row in tqdm(list(rows.itertuples()), desc="samples"):
+        answer = pipe(
+            row.context,
+            question=row.question,
+            answer_prefix=row.answer_prefix,
+            press=press,
+            max_new_tokens=int(row.max_new_tokens),
+        )["answer"]
+        out.append({"sample_id": row.sample_id, "prediction": answer, "compression_ratio": _compression_ratio(press)})
+    return pd.DataFrame(out)
+
+
+def greedy_summary(model, tokenizer, rows: pd.DataFrame, bench, press) -> tuple[pd.DataFrame, dict]:
+    """Greedy answers of one press on benchmark rows, and their summary outside the pipeline's cells (ablations,
+    benchmarks): average and per-task scores with 95 % intervals, and the mean measured compression ratio."""
+    outputs = run_greedy(model, tokenizer, rows, press)
+    scored = bench.score(rows.drop(columns=["context"]).merge(outputs, on="sample_id"))
+    return outputs, {
+        **{k: scored[k] for k in ("average", "average_ci", "per_task", "per_task_ci")},
+        "compression_ratio": float(outputs["compression_ratio"].mean()),
+    }
+
+
+def run_sampling(model, tokenizer, rows: pd.DataFrame, press, generation: dict, seed: int) -> pd.DataFrame:
+    """AIME protocol: the whole chat (problem and reasoning) is subject to eviction during decoding."""
+    sampling = {k: generation[k] for k in ("do_sample", "temperature", "top_p", "top_k")}
+    out = []
+    for row in tqdm(list(rows.itertuples()), desc="problems"):
+        messages = [{"role": "user", "content": (row.context + row.question).strip()}]
+        ids = tokenizer.apply_chat_template(
+            messages,
+            add_generation_prompt=True,
+            return_tensors="pt",
+            enable_thinking=generation["enable_thinking"],
+            return_dict=True,
+        )["input_ids"]
+        for rollout in range(generation["n_rollouts"]):
+            torch.manual_seed(seed * 1000 + rollout)
+            if press is None:
+                generated = model.generate(ids.to(model.device), max_new_tokens=int(row.max_new_tokens), **sampling)
+            else:
+                with press(model):
+                    generated = model.generate(ids.to(model.device), max_new_tokens=int(row.max_new_tokens), **sampling)
+            text = tokenizer.decode(generated[0, ids.shape[1] :], skip_special_tokens=True)
+            out.append(
+                {
+                    "sample_id": row.sample_id,
+                    "rollout": rollout,
+                    "prediction": text,
+                    "compression_ratio": _compression_ratio(press),
+                    "prompt_tokens": ids.shape[1],
+                }
+            )
+    return pd.DataFrame(out)
+
+
+def evaluate(args) -> list[dict]:
+    """Every subset of one (model, benchmark entry, method, value, shard) job, the model loaded once.
+
+    Outputs hold no timings, so that reruns and cluster runs reproduce them byte for byte."""
+    if len(args.subsets) != len(args.out):
+        raise SystemExit(f"--subsets ({len(args.subsets)}) and --out ({len(args.out)}) must pair up one to one.")
+    method = presses.get(args.method)
+    bench = benchmark_module(args.benchmark)
+    generation = getattr(bench, "GENERATION", None)
+    if generation and args.rollouts:
+        generation = {**generation, "n_rollouts": args.rollouts}
+    surrogates = {"linear": args.surrogate_linear, "mlp": args.surrogate_mlp}
+    if method.surrogate and not (surrogates[method.surrogate] and Path(surrogates[method.surrogate]).is_dir()):
+        raise SystemExit(
+            f"Method {args.method} needs the {method.surrogate} surrogate folder "
+            f"(--surrogate-{method.surrogate}); train it first."
+        )
+    model, tokenizer = models.load(args.model, dtype=args.dtype, attn_implementation=method.attn_implementation)
+    decoding = bool(generation and generation.get("decoding_compression"))
+    press = presses.build(args.method, args.value, surrogates, decoding=decoding)
+    return [
+        evaluate_subset(args, subset, out, model, tokenizer, press, bench, generation)
+        for subset, out in zip(args.subsets, args.out)
+    ]
+
+
+def evaluate_subset(args, subset: str, out: Path, model, tokenizer, press, bench, generation) -> dict:
+    torch.manual_seed(args.seed)
+    options = {"tasks": args.tasks} if args.tasks else {}
+    rows = bench.load(args.source, subset, tokenizer, args.n_samples, args.seed, **options)
+    rows = rows.iloc[args.shard :: args.n_shards].reset_index(drop=True)  # this job's share of a long cell
+    if rows.empty:
+        raise SystemExit(
+            f"Shard {args.shard} of {args.n_shards} of {args.benchmark}/{subset} holds no rows: "
+            "use fewer shards than rows (evaluation.benchmarks.<name>.shards)."
+        )
+    if args.max_new_tokens:
+        rows["max_new_tokens"] = rows["max_new_tokens"].clip(upper=args.max_new_tokens)
+    rows["context_tokens"] = [_n_tokens(tokenizer, context) for context in rows["context"]]
+    check_lengths(rows, tokenizer, model.config.max_position_embeddings)
+
+    if generation and generation.get("do_sample"):
+        outputs = run_sampling(model, tokenizer, rows, press, generation, args.seed)
+    else:
+        outputs = run_greedy(model, tokenizer, rows, press)
+    predictions = rows.drop(columns=["context"]).merge(outputs, on="sample_id")
+    metrics = bench.score(predictions) if args.n_shards == 1 else {}  # a split cell is scored once, by its merge
+    params = {k: v for k, v in vars(args).items() if k not in ("subsets", "out")} | {
+        "subset": subset,
+        "model": str(args.model),
+    }
+    metrics.update(
+        {
+            "compression_ratio": float(predictions["compression_ratio"].mean()),
+            "n_samples": int(rows.shape[0]),
+            "model": args.model_name,
+            "bench": args.bench_name,
+            "benchmark": args.benchmark,
+            "subset": subset,
+            "method": args.method,
+            "value": args.value,
+            "shard": args.shard,
+            "n_shards": args.n_shards,
+            "provenance": stamp(params, models.read_record(args.model), args.seed),
+        }
+    )
+    metrics["json_columns"] = write_predictions(predictions, out / "predictions.csv")
+    atomic_write_json(out / "metrics.json", metrics)
+    return metrics
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", type=Path, required=True, help="model.json written by kvzap.prepare.models")
+    parser.add_argument("--benchmark", required=True, choices=list(BENCHMARKS))
+    parser.add_argument("--source", default="offline", help="hub, offline or local:<folder>")
+    parser.add_argument("--subsets", nargs="+", required=True, help="RULER context lengths, LongBench tasks, aime25")
+    parser.add_argument("--tasks", nargs="*", default=None, help="RULER tasks (default: all available)")
+    parser.add_argument("--method", required=True)
+    parser.add_argument("--value", type=float, default=None, help="threshold or compression ratio")
+    parser.add_argument("--surrogate-linear", type=Path, default=None)
+    parser.add_argument("--surrogate-mlp", type=Path, default=None)
+    parser.add_argument("--n-samples", type=int, default=None, help="per task (default: all)")
+    parser.add_argument("--max-new-tokens", type=int, default=None, help="cap on the benchmark's lengths")
+    parser.add_argument("--rollouts", type=int, default=None, help="sampling benchmarks: rollouts per problem")
+    parser.add_argument("--dtype", default="auto")
+    parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--shard", type=int, default=0, help="this job evaluates rows shard, shard + n, ...")
+    parser.add_argument("--n-shards", type=int, default=1)
+    parser.add_argument("--out", type=Path, nargs="+", required=True, help="one cell (or shard) folder per subset")
+    parser.add_argument("--model-name", required=True, help="the model's name in the config (recorded in metrics.json)")
+    parser.add_argument("--bench-name", required=True, help="the benchmark entry's name in the config (recorded)")
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> None:
+    for metrics in evaluate(parse_args(argv)):
+        print(
+            json.dumps(
+                {k: metrics.get(k) for k in ("benchmark", "subset", "method", "value", "average", "compression_ratio")}
+            )
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,70 @@
+"""Join the shards of one evaluation cell and score them together: the cell's predictions.csv and metrics.json.
+
+Light on purpose (pandas and the benchmark's scorer, no model code): it runs once per cell on the submit host.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from kvzap.atomic import atomic_write_json
+from kvzap.evaluation.predictions import read_predictions, write_predictions
+from kvzap.evaluation.suites import benchmark_module
+from kvzap.provenance import stamp
+
+PER_SHARD = ("shard", "n_shards", "out")  # arguments that differ between the shards of one cell
+
+
+def merge(parts: list[Path], out: Path) -> dict:
+    shards = [json.loads((p / "metrics.json").read_text()) for p in parts]
+    first = shards[0]
+    if sorted(s["shard"] for s in shards) != list(range(first["n_shards"])):
+        raise ValueError(f"Shards of {out} are incomplete: got {[s['shard'] for s in shards]} of {first['n_shards']}.")
+    predictions = pd.concat(
+        [read_predictions(p / "predictions.csv", s["json_columns"]) for p, s in zip(parts, shards)], ignore_index=True
+    )
+    metrics = benchmark_module(first["benchmark"]).score(predictions)
+    params = {k: v for k, v in first["provenance"]["params"].items() if k not in PER_SHARD}
+    metrics.update(
+        {
+            "compression_ratio": float(predictions["compression_ratio"].mean()),
+            "n_samples": sum(s["n_samples"] for s in shards),
+            **{k: first.get(k) for k in ("model", "bench", "benchmark", "subset", "method", "value")},
+            "provenance": {
+                **stamp(
+                    params,
+                    {"model_id": first["provenance"]["model_id"], "revision": first["provenance"]["model_revision"]},
+                    first["provenance"]["seed"],
+                ),
+                "shards": [s["provenance"]["params_hash"] for s in shards],
+            },
+        }
+    )
+    metrics["json_columns"] = write_predictions(predictions, out / "predictions.csv")
+    atomic_write_json(out / "metrics.json", metrics)
+    return metrics
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--cell",
+        type=Path,
+        nargs="+",
+        action="append",
+        required=True,
+        metavar=("CELL", "SHARD"),
+        help="a cell folder followed by its shard folders (repeat for each cell)",
+    )
+    args = parser.parse_args()
+    for out, *parts in args.cell:
+        metrics = merge(parts, out)
+        print(f"{len(parts)} shard(s), {metrics['n_samples']} samples -> {out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,25 @@
+"""Predictions tables on disk: CSV for people and pandas, list-valued columns (answers, classes) as JSON."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from kvzap.atomic import atomic_path
+
+
+def write_predictions(predictions: pd.DataFrame, path: Path) -> list[str]:
+    """Write atomically; returns the names of the columns stored as JSON."""
+    json_columns = [c for c in predictions if predictions[c].map(lambda v: isinstance(v, (list, tuple, dict))).any()]
+    encoded = predictions.assign(**{c: predictions[c].map(json.dumps) for c in json_columns})
+    with atomic_path(path) as tmp:
+        encoded.to_csv(tmp, index=False)
+    return json_columns
+
+
+def read_predictions(path: Path, json_columns: list[str]) -> pd.DataFrame:
+    """Inverse of write_predictions (empty predictions stay empty strings, not NaN)."""
+    frame = pd.read_csv(path, keep_default_na=False, dtype={"sample_id": str, "prediction": str})
+    return frame.assign(**{c: frame[c].map(json.loads) for c in json_columns})

@@ -1,0 +1,49 @@
+"""The evaluation cells a config asks for: (model, benchmark entry, subset, method, value) with exact value labels."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvzap.evaluation import methods
+
+
+@dataclass(frozen=True)
+class Cell:
+    model: str
+    bench: str  # benchmark entry name
+    subset: str
+    method: str
+    value: str  # value_label of the threshold / ratio, "none" for the full cache
+
+
+def value_label(value: float | None) -> str:
+    """The path label of a threshold or ratio, exact: float(label) == value (-4 -> '-4', 0.875 -> '0.875')."""
+    if value is None:
+        return "none"
+    text = repr(float(value))
+    return text[:-2] if text.endswith(".0") else text
+
+
+def method_values(config: dict, model: str, method: str) -> list[float | None]:
+    parameter = methods.METHODS[method].parameter
+    if parameter == "none":
+        return [None]
+    return config["models"][model]["thresholds"] if parameter == "threshold" else config["evaluation"]["ratios"]
+
+
+def bench_models(config: dict, bench: dict) -> list[str]:
+    return [m for m in config["models"] if m in bench.get("models", config["models"])]
+
+
+def cells(config: dict) -> list[Cell]:
+    """Every evaluation cell: (model, benchmark entry, subset, method, value label)."""
+    out = []
+    for name, bench in config["evaluation"]["benchmarks"].items():
+        for model in bench_models(config, bench):
+            for subset in bench["subsets"]:
+                for method in bench.get("methods", config["evaluation"]["methods"]):
+                    if method in config["models"][model].get("skip_methods", []):
+                        continue
+                    values = method_values(config, model, method)
+                    out += [Cell(model, name, subset, method, value_label(v)) for v in values]
+    return out

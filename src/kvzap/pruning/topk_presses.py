@@ -1,0 +1,59 @@
+"""Fixed-budget variants for the paper's ablation (Fig. 5 right): top-k per head, and top-k per layer.
+
+Both judge the tokens leaving the window in one batch, which only makes sense at prefill: they take no
+`decoding`. With window=0 they reproduce kvpress's `KVzapPress(compression_ratio)` (per head) and
+`AdaKVPress(KVzapPress)` (per layer, AdaKV's safeguard) selections.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import torch
+
+from kvzap.pruning.windowed_press import WindowedPress
+
+
+def _top_mask(scores: torch.Tensor, k: int) -> torch.Tensor:
+    """scores (..., n) -> bool (..., n) marking the k largest along the last dim."""
+    keep = torch.zeros_like(scores, dtype=torch.bool)
+    return keep.scatter_(-1, scores.topk(k, dim=-1).indices, True)
+
+
+@dataclass
+class _FixedRatioPress(WindowedPress):
+    """ratio: the fraction of leaving tokens removed; window: the most recent tokens always kept (paper: 128)."""
+
+    ratio: float
+    window: int = 128
+    decoding: ClassVar[bool] = False  # a fixed share of a batch of tokens: prefill only
+
+    def __post_init__(self):
+        super().__post_init__()
+        if isinstance(self.ratio, bool) or not isinstance(self.ratio, (int, float)) or not 0 <= self.ratio < 1:
+            raise ValueError(f"ratio must be a number in [0, 1), got {self.ratio!r}")
+
+    def kept_per_head(self, n: int) -> int:
+        return int(n * (1 - self.ratio))
+
+
+@dataclass
+class TopKPerHeadPress(_FixedRatioPress):
+    """Each kv-head keeps the same number of leaving tokens: its top (1 - ratio) fraction by score."""
+
+    def select(self, scores: torch.Tensor) -> torch.Tensor:
+        return _top_mask(scores, self.kept_per_head(scores.shape[-1]))
+
+
+@dataclass
+class TopKPerLayerPress(_FixedRatioPress):
+    """A layer keeps H * k leaving tokens chosen across its kv-heads; each head first keeps its top safeguard * k."""
+
+    safeguard: float = field(default=0.2, kw_only=True)
+
+    def select(self, scores: torch.Tensor) -> torch.Tensor:
+        batch, heads, n = scores.shape
+        k = self.kept_per_head(n)
+        guarded = scores.masked_fill(_top_mask(scores, int(self.safeguard * k)), torch.inf)
+        return _top_mask(guarded.reshape(batch, heads * n), heads * k).view(batch, heads, n)

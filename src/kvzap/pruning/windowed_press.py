@@ -1,0 +1,145 @@
+"""The hook every KVzap press shares: score new tokens, judge each token once as it leaves the window.
+
+Runs after each attention layer (so the new tokens saw the full cache, as in the paper and kvpress's
+DMSPress). At prefill it turns the layer's dense cache into a `PrunedLayer` (eviction) or `MaskedLayer`
+(the masking reference); later forwards append to that layer and, with `decoding=True`, are judged too.
+With `prefill_chunk`, a long prefill runs in chunks (kvzap.pruning.chunked) and every chunk is judged.
+Subclasses only decide which leaving tokens survive (`select`).
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import torch
+from kvpress.presses.base_press import BasePress
+from torch import nn
+from transformers.cache_utils import DynamicLayer
+
+from kvzap.pruning.attention import use_kvzap_attention
+from kvzap.pruning.cache import JudgedLayer, MaskedLayer, PrunedLayer, refuse_padding, removed_fraction
+from kvzap.pruning.chunked import check_chunk, chunked_prefill
+from kvzap.pruning.scorer_presses import SurrogateScorerPress
+
+
+@dataclass
+class WindowedPress(BasePress):
+    """Base class: `scorer` gives one score per (batch, kv-head, token); `select` judges leaving tokens.
+
+    Each press declares, after `scorer`, its own positional parameters (KVzapPress: threshold, window,
+    decoding, as kvpress's DMSPress; the top-k presses: ratio, window); the base reads `window` and `decoding`.
+
+    Parameters
+    ----------
+    scorer : kvpress ScorerPress, or a surrogate folder / Hub id (wrapped in SurrogateScorerPress).
+    evict : (keyword) True frees dropped entries (PrunedLayer); False masks them in a dense cache (MaskedLayer).
+    check_base_model : (keyword) False accepts a surrogate whose recorded base model differs from the
+        model's id, e.g. the same weights under another name.
+    prefill_chunk : (keyword) None prefills the prompt in one forward; N prefills it N tokens at a time,
+        judging each chunk's leaving tokens before the next chunk attends, so the prefill's peak memory and
+        attention work follow the kept cache (pruning before attention, left to future work by the paper).
+    """
+
+    scorer: object
+    evict: bool = field(default=True, kw_only=True)
+    check_base_model: bool = field(default=True, kw_only=True)
+    prefill_chunk: int | None = field(default=None, kw_only=True)
+    removed_counts: dict[int, tuple[torch.Tensor, int]] = field(default_factory=dict, init=False, repr=False)
+    _judging_chunks: bool = field(default=False, init=False, repr=False)
+
+    def __post_init__(self):
+        if isinstance(self.scorer, (str, Path)):
+            self.scorer = SurrogateScorerPress(surrogate_path=str(self.scorer), check_base_model=self.check_base_model)
+        elif isinstance(self.scorer, SurrogateScorerPress) and not self.check_base_model:
+            self.scorer = replace(self.scorer, check_base_model=False)
+        if not callable(getattr(self.scorer, "score", None)):
+            raise TypeError(f"scorer must be a kvpress ScorerPress or a surrogate path, got {self.scorer!r}")
+        if isinstance(self.window, bool) or not isinstance(self.window, int) or self.window < 0:
+            raise ValueError(f"window must be an integer >= 0, got {self.window!r}")
+        if not isinstance(self.decoding, bool):
+            raise ValueError(f"decoding must be True or False, got {self.decoding!r}")
+        check_chunk(self.prefill_chunk)
+
+    def select(self, scores: torch.Tensor) -> torch.Tensor:
+        """scores (B, H, n) of tokens leaving the window -> keep (B, H, n) bool."""
+        raise NotImplementedError
+
+    def post_init_from_model(self, model):
+        self.scorer.post_init_from_model(model)
+        use_kvzap_attention(model)
+
+    @contextmanager
+    def __call__(self, model):
+        chunks = (
+            nullcontext()
+            if self.prefill_chunk is None
+            else chunked_prefill(model, self.prefill_chunk, self._set_judging_chunks)
+        )
+        with super().__call__(model), chunks:
+            yield
+
+    def _set_judging_chunks(self, on: bool) -> None:
+        self._judging_chunks = on
+
+    def forward_hook(self, module: nn.Module, input, kwargs: dict, output):
+        hidden_states = kwargs["hidden_states"]  # (B, T, D), the attention input
+        cache, idx = kwargs.get("past_key_values"), module.layer_idx
+        length = hidden_states.shape[1]
+        if cache is None:  # use_cache=False: nothing is kept, so nothing to prune
+            return output
+        if not isinstance(cache.layers[idx], JudgedLayer) and cache.layers[idx].get_seq_length() == length:
+            # the prefill (its tokens alone in the cache), told without reading cache_position off the device
+            if idx == 0:
+                self.removed_counts.clear()
+            dense = cache.layers[idx]
+            if type(dense) is not DynamicLayer:
+                raise TypeError(
+                    f"{type(self).__name__} prunes a DynamicCache with full-attention layers, "
+                    f"not {type(dense).__name__}"
+                )
+            refuse_padding(kwargs.get("attention_mask"))
+            cache.layers[idx] = (PrunedLayer if self.evict else MaskedLayer)(dense.keys, dense.values)
+        elif not ((self.decoding or self._judging_chunks) and isinstance(cache.layers[idx], JudgedLayer)):
+            return output
+        layer = cache.layers[idx]
+        keys, values = layer.newest(length)
+        layer.set_scores(self.scorer.score(module, hidden_states, keys, values, None, kwargs))
+        n_leaving = layer.window_len - self.window
+        if n_leaving > 0:
+            layer.judge(n_leaving, self.select(layer.scores[..., :n_leaving]))
+        # (B, H) entries removed and the unpruned length, divided only when a ratio is read
+        self.removed_counts[idx] = layer.removed, layer.seen
+        return output
+
+    @property
+    def compression_ratio(self) -> float:
+        """Fraction of entries removed, mean over layers (kvpress DMSPress's definition)."""
+        return self.layer_ratios.mean().item()
+
+    @compression_ratio.setter
+    def compression_ratio(self, value):
+        raise AttributeError(f"compression_ratio of {type(self).__name__} is measured, not set")
+
+    @property
+    def layer_ratios(self) -> torch.Tensor:
+        """(layers,) fraction removed per layer, averaged over batch and kv-heads."""
+        return self.head_ratio_table.mean(-1)
+
+    @property
+    def head_ratio_table(self) -> torch.Tensor:
+        """(layers, H) fraction removed per layer and kv-head, averaged over the batch."""
+        return self._table().mean(1)
+
+    @property
+    def sample_ratios(self) -> torch.Tensor:
+        """(B,) fraction removed per sample, averaged over layers and kv-heads."""
+        return self._table().mean((0, 2))
+
+    def _table(self) -> torch.Tensor:
+        if not self.removed_counts:
+            raise RuntimeError("Run a forward pass under the press before reading its compression ratio.")
+        return torch.stack(
+            [removed_fraction(*self.removed_counts[i]).cpu() for i in sorted(self.removed_counts)]
+        )  # (layers, B, H)

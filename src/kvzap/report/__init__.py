@@ -1,0 +1,1 @@
+"""Stage 5, report: every cell into the paper's tables and figures."""
