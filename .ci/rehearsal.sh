@@ -63,10 +63,10 @@ python - <<'EOF_PY' || fail "missing outputs"
 import sys
 from pathlib import Path
 import yaml
+from kvzap.report.outputs import TABLES
 config = yaml.safe_load(Path("config/rehearsal.yaml").read_text())
 root = Path(config["results"])
-expected = [root / "tables" / f"{name}.csv" for name in
-            ("results", "surrogates", "best", "best_auto", "overhead", "aime_rollouts", "window_ablation", "kv_ablation", "missing")]
+expected = [root / "tables" / f"{name}.csv" for name in TABLES]
 expected += [root / "tables" / f for f in ("results.md", "provenance.json")]
 expected += [root / "figures" / f"{name}.{ext}" for name in config["figures"] for ext in ("png", "pdf")]
 missing = [str(p) for p in expected if not p.is_file() or p.stat().st_size == 0]

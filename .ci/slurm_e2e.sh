@@ -96,5 +96,21 @@ print("\n".join(bad) or f"{len(a)} output files identical")
 sys.exit(1 if bad or not a else 0)
 EOF_PY
 log "SLURM run took $slurm_s s"
+
+# The Snakemake report of the SLURM run: one HTML file holding every figure and table, each with its caption.
+snakemake "${targets[@]}" --report "$scratch/report.html" --configfile "$config" >"$scratch/report.log" 2>&1 ||
+  { tail -n 30 "$scratch/report.log"; fail "snakemake --report"; }
+python - "$scratch/report.html" "$config" <<'EOF_PY' || fail "the report lacks outputs"
+import sys
+from pathlib import Path
+import yaml
+from kvzap.report.outputs import FIGURES, TABLES
+html, config = Path(sys.argv[1]).read_text(), yaml.safe_load(Path(sys.argv[2]).read_text())
+wanted = [f"{name}.csv" for name in TABLES] + [title.split(" {")[0] for title in TABLES.values()]
+wanted += [f"{name}.png" for name in config["figures"]] + [FIGURES[f["kind"]].caption for f in config["figures"].values()]
+missing = [w for w in wanted if w not in html]
+print("\n".join(f"not in the report: {w}" for w in missing) or f"report: {len(wanted)} items present")
+sys.exit(1 if missing else 0)
+EOF_PY
 rm -rf "$scratch"
 echo "1 passed, 0 failed"

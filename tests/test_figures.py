@@ -63,3 +63,21 @@ def test_surrogate_fit_needs_both_surrogates(config):
     config["figures"] = {"fit": {"kind": "surrogate_fit"}}
     with pytest.raises(errors.ConfigError, match="compares both surrogates"):
         checks.check(config)
+
+
+def test_figure_kinds_are_one_list():
+    """The schema's enum, the report's kinds (their keys and captions) and the figures module's drawers agree."""
+    from kvzap.plan import schema
+    from kvzap.report import outputs
+
+    spec = json.loads(schema.SCHEMA.read_text())  # the enum sits deep under figures: found by one of its members
+    enum = next(v["enum"] for v in _walk(spec) if isinstance(v, dict) and "tradeoff" in v.get("enum", []))
+    assert set(enum) == set(outputs.FIGURES)
+    assert all(callable(getattr(figures, kind)) for kind in outputs.FIGURES)
+
+
+def _walk(node):
+    yield node
+    children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else ()
+    for child in children:
+        yield from _walk(child)

@@ -6,7 +6,7 @@ from collections import Counter
 import pandas as pd
 import pytest
 
-from kvzap.evaluation.suites import ruler
+from kvzap.evaluation.suites import catalog, ruler
 from tiny_models import tiny_tokenizer
 
 CONTEXT = 2048  # the byte-level test tokenizer spends ~2 tokens per short word
@@ -26,7 +26,7 @@ def n_tokens(tokenizer, row):
 def test_task_lists():
     assert len(ruler.RULER_TASKS) == 13
     assert set(ruler.RULER_OFFLINE_TASKS) == set(ruler.RULER_TASKS) - {"qa_1", "qa_2"}
-    assert tuple(ruler.NIAH_TASKS) == ruler.RULER_NIAH_TASKS  # the catalog names every needle task generated here
+    assert tuple(ruler.NIAH_TASKS) == catalog.RULER_NIAH_TASKS  # the catalog names every needle task generated here
 
 
 def test_cwe_answers_are_the_most_common_words(tokenizer):
