@@ -60,12 +60,48 @@ def log_file(*parts):
 # ------------------------------------------------------------------ evaluation
 
 
-def evaluate_inputs(wc):
-    inputs = {"model": paths.model_json(RESULTS, wc.model)}
-    surrogate = methods.METHODS[wc.method].surrogate
+EVAL_JOBS = sweep.eval_jobs(config)
+
+
+def rule_id(name):
+    """A config name as part of a rule name (letters, digits and '_')."""
+    return re.sub(r"\W", "_", name)
+
+
+def _inputs(model, surrogate):
+    inputs = {"model": paths.model_json(RESULTS, model)}
     if surrogate:
-        inputs["surrogate"] = f"{paths.surrogate_dir(RESULTS, wc.model, surrogate)}/model.safetensors"
+        inputs["surrogate"] = f"{paths.surrogate_dir(RESULTS, model, surrogate)}/model.safetensors"
     return inputs
+
+
+def evaluate_inputs(wc):
+    return _inputs(wc.model, methods.METHODS[wc.method].surrogate)
+
+
+def group_inputs(job):
+    return _inputs(job.model, None if job.group == "none" else job.group)
+
+
+def group_files(job, n_shards):
+    """Every file of a prefill group's cells: each cell's own folder, as a job of that cell alone writes it."""
+    return [
+        f
+        for method, value in job.cells
+        for name in ("metrics.json", "predictions.csv")
+        for f in cell_files(job.bench, name, n_shards=n_shards, model=job.model, method=method, value=value)
+    ]
+
+
+def group_resources(job):
+    """A prefill group's resources: its model's evaluate stage (the rule has no model wildcard)."""
+    return {
+        **slurm_placement(),
+        **{
+            key: lambda wc, attempt=1, key=key: commands.resource(config, job.model, "evaluate", key, attempt)
+            for key in ("gpu", "mem_mb", "runtime")
+        },
+    }
 
 
 def cell_files(bench, name, shard="{shard}", n_shards=1, model="{model}", method="{method}", value="{value}"):

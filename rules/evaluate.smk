@@ -1,36 +1,62 @@
-# One job per (model, benchmark entry, method, value, shard), covering every subset of the entry: the model is
-# loaded once for all 21 LongBench subsets, not 21 times. An entry with `shards: 1` writes its cells directly; a
-# split entry writes per-subset shard folders, and one local merge per (model, entry, method, value) joins and
-# scores each subset's shards into its cell.
+# Evaluation jobs (kvzap.plan.sweep.eval_jobs), each over every subset of its entry, the model loaded once:
+# - a prefill group: the cells of one (model, entry) whose methods prune after attention and read the same surrogate
+#   (or none) share one prefill per sample and one batched decode (kvzap.evaluation.shared_prefill);
+# - every other cell (KVzip's repeat pass, attention weights, chunked prefill, sampled AIME rollouts) is a job alone.
+# An entry with `shards: 1` writes its cells directly; a split entry writes per-subset shard folders, and one local
+# merge per (model, entry, method, value) joins and scores each subset's shards into its cell.
 
 for BENCH, SPEC in config["evaluation"]["benchmarks"].items():
-    RULE_ID = BENCH.replace("-", "_").replace(".", "_")
+    RULE_ID = rule_id(BENCH)
     N_SHARDS = SPEC["shards"]
-    JOB_LOG = "{model}", BENCH, "{method}", "{value}"
+    SHARD_LOG = [f"{{shard}}-of-{N_SHARDS}"] if N_SHARDS > 1 else []
+    ALONE = sorted({m for job in EVAL_JOBS if job.bench == BENCH and job.group is None for m, _ in job.cells})
 
-    rule:
-        name:
-            f"evaluate_{RULE_ID}"
-        input:
-            unpack(evaluate_inputs),
-        output:
-            cell_files(BENCH, "metrics.json", n_shards=N_SHARDS)
-            + cell_files(BENCH, "predictions.csv", n_shards=N_SHARDS),
-        log:
-            log_file("evaluate", *JOB_LOG, f"{{shard}}-of-{N_SHARDS}")
-            if N_SHARDS > 1
-            else log_file("evaluate", *JOB_LOG),
-        conda:
-            ENV
-        threads: model_resource("evaluate", "cpus")
-        resources:
-            **stage_resources("evaluate"),
-        params:
-            args=lambda wc, bench=BENCH, n=N_SHARDS: commands.evaluate_args(
-                config, wc.model, bench, wc.method, wc.value, int(wc.get("shard", 0)), n
-            ),
-        shell:
-            "OMP_NUM_THREADS={threads} python -m kvzap.evaluation.job --model {input.model} {params.args} > {log} 2>&1"
+    if ALONE:
+
+        rule:
+            name:
+                f"evaluate_{RULE_ID}"
+            input:
+                unpack(evaluate_inputs),
+            output:
+                cell_files(BENCH, "metrics.json", n_shards=N_SHARDS)
+                + cell_files(BENCH, "predictions.csv", n_shards=N_SHARDS),
+            log:
+                log_file("evaluate", "{model}", BENCH, "{method}", "{value}", *SHARD_LOG),
+            wildcard_constraints:
+                method="|".join(map(re.escape, ALONE)),
+            conda:
+                ENV
+            threads: model_resource("evaluate", "cpus")
+            resources:
+                **stage_resources("evaluate"),
+            params:
+                args=lambda wc, bench=BENCH, n=N_SHARDS: commands.evaluate_args(
+                    config, sweep.EvalJob(wc.model, bench, None, ((wc.method, wc.value),)), int(wc.get("shard", 0)), n
+                ),
+            shell:
+                "OMP_NUM_THREADS={threads} python -m kvzap.evaluation.job --model {input.model} {params.args} > {log} 2>&1"
+
+    for JOB in [job for job in EVAL_JOBS if job.bench == BENCH and job.group is not None]:
+
+        rule:
+            name:
+                f"evaluate_{RULE_ID}_{rule_id(JOB.model)}_{JOB.group}"
+            input:
+                unpack(lambda wc, job=JOB: group_inputs(job)),
+            output:
+                group_files(JOB, N_SHARDS),
+            log:
+                log_file("evaluate", JOB.model, BENCH, f"prefill-group-{JOB.group}", *SHARD_LOG),
+            conda:
+                ENV
+            threads: lambda wc, job=JOB: commands.resource(config, job.model, "evaluate", "cpus")
+            resources:
+                **group_resources(JOB),
+            params:
+                args=lambda wc, job=JOB, n=N_SHARDS: commands.evaluate_args(config, job, int(wc.get("shard", 0)), n),
+            shell:
+                "OMP_NUM_THREADS={threads} python -m kvzap.evaluation.job --model {input.model} {params.args} > {log} 2>&1"
 
     if N_SHARDS == 1:
         continue
@@ -43,7 +69,7 @@ for BENCH, SPEC in config["evaluation"]["benchmarks"].items():
         output:
             cell_files(BENCH, "metrics.json") + cell_files(BENCH, "predictions.csv"),
         log:
-            log_file("merge", *JOB_LOG),
+            log_file("merge", "{model}", BENCH, "{method}", "{value}"),
         localrule: True
         conda:
             ENV

@@ -48,21 +48,16 @@ def test_plan_command_lines_parse(name):
         for key in settings.TRAINING_KEYS[kind]:
             assert getattr(args, key) == config["training"][key]
         _no_second_default(train.build_parser(), words)
-    for cell in sweep.cells(config)[:50]:
+    for eval_job in sweep.eval_jobs(config)[:50]:
         words = shlex.split(
-            commands.evaluate_args(
-                config,
-                cell.model,
-                cell.bench,
-                cell.method,
-                cell.value,
-                0,
-                config["evaluation"]["benchmarks"][cell.bench]["shards"],
-            )
+            commands.evaluate_args(config, eval_job, 0, config["evaluation"]["benchmarks"][eval_job.bench]["shards"])
         )
         args = job.parse_args(["--model", "m.json", *words])
-        assert args.method == cell.method and args.subsets == config["evaluation"]["benchmarks"][cell.bench]["subsets"]
-        assert len(args.out) == len(args.subsets)
+        subsets = config["evaluation"]["benchmarks"][eval_job.bench]["subsets"]
+        assert [job.parse_cell(c)[0] for c in args.cells] == [m for m, _ in eval_job.cells]
+        assert args.subsets == subsets and len(args.out) == len(args.subsets) * len(eval_job.cells)
+        if eval_job.group is not None:
+            assert args.decode_batch == config["evaluation"]["decode_batch"]
 
 
 def test_training_kind_needs_its_settings(capsys, monkeypatch):

@@ -44,8 +44,8 @@ def _cell(root, out, method, value=None, subset="256", shard=(0, 1)):
         "2",
         "--max-new-tokens",
         "4",
-        "--method",
-        method,
+        "--cells",
+        method if value is None else f"{method}={value}",
         "--surrogate-linear",
         str(root / "linear"),
         "--shard",
@@ -59,7 +59,7 @@ def _cell(root, out, method, value=None, subset="256", shard=(0, 1)):
         "--out",
         str(out),
     ]
-    return job.evaluate(job.parse_args(argv + (["--value", str(value)] if value is not None else [])))[0]
+    return job.evaluate(job.parse_args(argv))[0]
 
 
 def test_sharded_cell_merges_to_the_unsharded_one(tiny_setup, tmp_path):
@@ -123,10 +123,8 @@ def test_missing_surrogate_is_named(tiny_setup, tmp_path):
         "m",
         "--bench-name",
         "r",
-        "--method",
-        "kvzap_mlp",
-        "--value",
-        "-4",
+        "--cells",
+        "kvzap_mlp=-4",
         "--out",
         str(tmp_path),
     ]

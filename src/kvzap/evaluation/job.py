@@ -20,6 +20,7 @@ from transformers import pipeline
 from kvzap.atomic import atomic_write_json
 from kvzap.evaluation import presses
 from kvzap.evaluation.predictions import write_predictions
+from kvzap.evaluation.shared_prefill import run_greedy_shared
 from kvzap.evaluation.suites import BENCHMARKS, benchmark_module
 from kvzap.prepare import models
 from kvzap.provenance import stamp
@@ -104,33 +105,52 @@ def run_sampling(model, tokenizer, rows: pd.DataFrame, press, generation: dict, 
     return pd.DataFrame(out)
 
 
+def parse_cell(token: str) -> tuple[str, float | None]:
+    """METHOD or METHOD=VALUE (kvzap.plan.commands.cell_token) -> (method, value)."""
+    method, _, value = token.partition("=")
+    return method, float(value) if value else None
+
+
 def evaluate(args) -> list[dict]:
-    """Every subset of one (model, benchmark entry, method, value, shard) job, the model loaded once.
+    """Every cell and subset of one job (one cell, or a prefill group sharing one prefill per sample), the model
+    loaded once.
 
     Outputs hold no timings, so that reruns and cluster runs reproduce them byte for byte."""
-    if len(args.subsets) != len(args.out):
-        raise SystemExit(f"--subsets ({len(args.subsets)}) and --out ({len(args.out)}) must pair up one to one.")
-    method = presses.get(args.method)
+    cells = [parse_cell(token) for token in args.cells]
+    if len(cells) * len(args.subsets) != len(args.out):
+        raise SystemExit(
+            f"--out needs one folder per cell and subset, cell by cell: {len(cells)} x {len(args.subsets)}, "
+            f"got {len(args.out)}."
+        )
+    infos = [presses.get(method) for method, _ in cells]
+    if len(cells) > 1 and not all(info.shares_prefill for info in infos):
+        raise SystemExit(f"Only methods that prune after attention share a job; {args.cells} includes others.")
     bench = benchmark_module(args.benchmark)
     generation = getattr(bench, "GENERATION", None)
     if generation and args.rollouts:
         generation = {**generation, "n_rollouts": args.rollouts}
     surrogates = {"linear": args.surrogate_linear, "mlp": args.surrogate_mlp}
-    if method.surrogate and not (surrogates[method.surrogate] and Path(surrogates[method.surrogate]).is_dir()):
-        raise SystemExit(
-            f"Method {args.method} needs the {method.surrogate} surrogate folder "
-            f"(--surrogate-{method.surrogate}); train it first."
-        )
-    model, tokenizer = models.load(args.model, dtype=args.dtype, attn_implementation=method.attn_implementation)
+    for (method, _), info in zip(cells, infos):
+        if info.surrogate and not (surrogates[info.surrogate] and Path(surrogates[info.surrogate]).is_dir()):
+            raise SystemExit(
+                f"Method {method} needs the {info.surrogate} surrogate folder (--surrogate-{info.surrogate}); "
+                "train it first."
+            )
+    attn = infos[0].attn_implementation if len(cells) == 1 else None  # a group decodes under "kvzap" attention
+    model, tokenizer = models.load(args.model, dtype=args.dtype, attn_implementation=attn)
     decoding = bool(generation and generation.get("decoding_compression"))
-    press = presses.build(args.method, args.value, surrogates, decoding=decoding)
-    return [
-        evaluate_subset(args, subset, out, model, tokenizer, press, bench, generation)
-        for subset, out in zip(args.subsets, args.out)
-    ]
+    built = [presses.build(method, value, surrogates, decoding=decoding) for method, value in cells]
+    folders = iter(args.out)
+    outs = [[next(folders) for _ in args.subsets] for _ in cells]  # cell by cell
+    results = []
+    for i, subset in enumerate(args.subsets):
+        results += evaluate_subset(
+            args, subset, cells, [o[i] for o in outs], model, tokenizer, built, bench, generation
+        )
+    return results
 
 
-def evaluate_subset(args, subset: str, out: Path, model, tokenizer, press, bench, generation) -> dict:
+def evaluate_subset(args, subset: str, cells, outs, model, tokenizer, built, bench, generation) -> list[dict]:
     torch.manual_seed(args.seed)
     options = {"tasks": args.tasks} if args.tasks else {}
     rows = bench.load(args.source, subset, tokenizer, args.n_samples, args.seed, **options)
@@ -145,16 +165,25 @@ def evaluate_subset(args, subset: str, out: Path, model, tokenizer, press, bench
     rows["context_tokens"] = [_n_tokens(tokenizer, context) for context in rows["context"]]
     check_lengths(rows, tokenizer, model.config.max_position_embeddings)
 
-    if generation and generation.get("do_sample"):
-        outputs = run_sampling(model, tokenizer, rows, press, generation, args.seed)
+    if len(cells) > 1:
+        outputs = run_greedy_shared(model, tokenizer, rows, built, args.decode_batch or len(built))
+    elif generation and generation.get("do_sample"):
+        outputs = [run_sampling(model, tokenizer, rows, built[0], generation, args.seed)]
     else:
-        outputs = run_greedy(model, tokenizer, rows, press)
+        outputs = [run_greedy(model, tokenizer, rows, built[0])]
+    common = {k: v for k, v in vars(args).items() if k not in ("subsets", "out", "cells", "decode_batch")}
+    return [
+        write_cell(args, rows, output, subset, method, value, out, common)
+        for (method, value), output, out in zip(cells, outputs, outs)
+    ]
+
+
+def write_cell(args, rows, outputs, subset, method, value, out: Path, common: dict) -> dict:
+    """One cell's predictions.csv and metrics.json; its provenance names its own method and value, as a job of
+    this cell alone would."""
     predictions = rows.drop(columns=["context"]).merge(outputs, on="sample_id")
-    metrics = bench.score(predictions) if args.n_shards == 1 else {}  # a split cell is scored once, by its merge
-    params = {k: v for k, v in vars(args).items() if k not in ("subsets", "out")} | {
-        "subset": subset,
-        "model": str(args.model),
-    }
+    metrics = bench_score(args, predictions)
+    params = common | {"method": method, "value": value, "subset": subset, "model": str(args.model)}
     metrics.update(
         {
             "compression_ratio": float(predictions["compression_ratio"].mean()),
@@ -163,8 +192,8 @@ def evaluate_subset(args, subset: str, out: Path, model, tokenizer, press, bench
             "bench": args.bench_name,
             "benchmark": args.benchmark,
             "subset": subset,
-            "method": args.method,
-            "value": args.value,
+            "method": method,
+            "value": value,
             "shard": args.shard,
             "n_shards": args.n_shards,
             "provenance": stamp(params, models.read_record(args.model), args.seed),
@@ -175,6 +204,11 @@ def evaluate_subset(args, subset: str, out: Path, model, tokenizer, press, bench
     return metrics
 
 
+def bench_score(args, predictions: pd.DataFrame) -> dict:
+    """The benchmark's scores; a split cell is scored once, by its merge."""
+    return benchmark_module(args.benchmark).score(predictions) if args.n_shards == 1 else {}
+
+
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", type=Path, required=True, help="model.json written by kvzap.prepare.models")
@@ -182,8 +216,12 @@ def parse_args(argv=None):
     parser.add_argument("--source", default="offline", help="hub, offline or local:<folder>")
     parser.add_argument("--subsets", nargs="+", required=True, help="RULER context lengths, LongBench tasks, aime25")
     parser.add_argument("--tasks", nargs="*", default=None, help="RULER tasks (default: all available)")
-    parser.add_argument("--method", required=True)
-    parser.add_argument("--value", type=float, default=None, help="threshold or compression ratio")
+    parser.add_argument(
+        "--cells", nargs="+", required=True, help="METHOD or METHOD=VALUE (threshold or ratio), one per cell"
+    )
+    parser.add_argument(
+        "--decode-batch", type=int, default=None, help="cells of a prefill group decoded as one batch (default: all)"
+    )
     parser.add_argument("--surrogate-linear", type=Path, default=None)
     parser.add_argument("--surrogate-mlp", type=Path, default=None)
     parser.add_argument("--n-samples", type=int, default=None, help="per task (default: all)")
@@ -193,7 +231,13 @@ def parse_args(argv=None):
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--shard", type=int, default=0, help="this job evaluates rows shard, shard + n, ...")
     parser.add_argument("--n-shards", type=int, default=1)
-    parser.add_argument("--out", type=Path, nargs="+", required=True, help="one cell (or shard) folder per subset")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        nargs="+",
+        required=True,
+        help="one cell (or shard) folder per cell and subset, cell by cell",
+    )
     parser.add_argument("--model-name", required=True, help="the model's name in the config (recorded in metrics.json)")
     parser.add_argument("--bench-name", required=True, help="the benchmark entry's name in the config (recorded)")
     return parser.parse_args(argv)

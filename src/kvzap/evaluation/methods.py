@@ -19,11 +19,24 @@ class MethodInfo:
     window: int | None = None  # KVzap's protected window of recent tokens, when it is not the default 128
     attn_implementation: str | None = None  # forced attention implementation (None: the model's default)
     prefill_chunk: int | None = None  # KVzap prefilling the prompt this many tokens at a time, pruning between chunks
+    own_prefill: bool = False  # changes the prefill itself (a repeat pass, attention weights): cannot share one
 
     @property
     def kvzap(self) -> bool:
         """Thresholded KVzap at the paper's window and prefill: the methods Table 2 is about."""
         return self.parameter == "threshold" and self.window is None and self.prefill_chunk is None
+
+    @property
+    def shares_prefill(self) -> bool:
+        """Prunes after attention, from what a plain prefill leaves: one prefill serves all such cells of a sample
+        (kvzap.evaluation.shared_prefill)."""
+        return not self.own_prefill and self.prefill_chunk is None
+
+    @property
+    def prefill_group(self) -> str:
+        """Cells of a sample that share a prefill and are decoded as one batch: by the surrogate they read, so that
+        retraining one surrogate reruns only its group ("none" for the full cache and the kvpress baselines)."""
+        return self.surrogate or "none"
 
 
 METHODS: dict[str, MethodInfo] = {
@@ -38,15 +51,15 @@ METHODS: dict[str, MethodInfo] = {
     # the paper's Fig. 5 ablation: fixed top-k instead of a threshold
     "kvzap_mlp_head": MethodInfo("ratio", "KVzap-MLP top-k per head", "mlp"),
     "kvzap_mlp_layer": MethodInfo("ratio", "KVzap-MLP top-k per layer", "mlp"),
-    "kvzip": MethodInfo("ratio", "KVzip"),
-    "kvzip_plus": MethodInfo("ratio", "KVzip+"),
+    "kvzip": MethodInfo("ratio", "KVzip", own_prefill=True),  # scores from a repeat pass over the context
+    "kvzip_plus": MethodInfo("ratio", "KVzip+", own_prefill=True),
     "random": MethodInfo("ratio", "Random"),
     "knorm": MethodInfo("ratio", "Knorm"),
     "snapkv": MethodInfo("ratio", "SnapKV"),
     "expected_attention": MethodInfo("ratio", "Expected Attention"),
     "streaming_llm": MethodInfo("ratio", "StreamingLLM"),
     "tova": MethodInfo("ratio", "TOVA"),
-    "observed_attention": MethodInfo("ratio", "Observed Attention", attn_implementation="eager"),
+    "observed_attention": MethodInfo("ratio", "Observed Attention", attn_implementation="eager", own_prefill=True),
     "qfilter": MethodInfo("ratio", "Q-Filters", needs_hub=True),
     # its layers keep different lengths, which one sdpa mask cannot serve; kvzap's attention cuts it per layer
     "pyramidkv": MethodInfo("ratio", "PyramidKV", attn_implementation="kvzap"),

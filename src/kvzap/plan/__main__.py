@@ -1,5 +1,5 @@
 """`python -m kvzap.plan CONFIG`: the start-up checks of a run, without Snakemake's YAML loader (which names no line
-for a syntax error)."""
+for a syntax error); with --forecast, what the run will cost (kvzap.plan.forecast)."""
 
 import argparse
 from pathlib import Path
@@ -7,6 +7,7 @@ from pathlib import Path
 import yaml
 from snakemake.utils import validate as fill_defaults
 
+from kvzap.plan import forecast
 from kvzap.plan.checks import check
 from kvzap.plan.errors import ConfigError
 from kvzap.plan.schema import SCHEMA, validate
@@ -16,6 +17,8 @@ from kvzap.plan.sweep import cells
 def main() -> None:
     parser = argparse.ArgumentParser(description="Check a kvzap config as a run would, before any job.")
     parser.add_argument("config", type=Path)
+    parser.add_argument("--forecast", action="store_true", help="print jobs, tokens and GPU-hours per stage and model")
+    parser.add_argument("--throughput", type=Path, default=None, help="JSON replacing forecast throughput defaults")
     args = parser.parse_args()
     try:
         with args.config.open() as stream:
@@ -29,6 +32,11 @@ def main() -> None:
     except ConfigError as err:
         raise SystemExit(str(err)) from None
     print(f"{args.config}: valid, {len(cells(config))} evaluation cells")
+    if args.forecast:
+        from tabulate import tabulate
+
+        rows = forecast.forecast(config, forecast.read_throughput(args.throughput))
+        print(tabulate(rows, headers="keys", floatfmt=",.2f", intfmt=","))
 
 
 if __name__ == "__main__":

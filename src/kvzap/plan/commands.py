@@ -8,7 +8,7 @@ import shlex
 
 from kvzap.evaluation import methods
 from kvzap.plan import paths
-from kvzap.plan.sweep import Cell, cells
+from kvzap.plan.sweep import Cell, EvalJob, cells
 from kvzap.surrogate.settings import TRAINING_KEYS
 
 STAGES = ("prepare", "oracle", "train", "evaluate")
@@ -82,45 +82,37 @@ def prepare_args(config: dict, model: str) -> str:
     return shlex.join(["--model-id", spec["id"], f"--revision={spec.get('revision') or ''}"])
 
 
-def evaluate_args(config: dict, model: str, bench_name: str, method: str, value: str, shard: int, n_shards: int) -> str:
-    """Flags of one evaluation job: one (model, benchmark entry, method, value, shard) over every subset."""
-    bench = config["evaluation"]["benchmarks"][bench_name]
+def cell_token(method: str, value: str) -> str:
+    """A cell on the job's command line: METHOD, or METHOD=VALUE (kvzap.evaluation.job parses it back)."""
+    return method if value == "none" else f"{method}={value}"
+
+
+def evaluate_args(config: dict, job: EvalJob, shard: int, n_shards: int) -> str:
+    """Flags of one evaluation job: its cells (one, or a prefill group) over every subset of its entry, one shard."""
+    bench = config["evaluation"]["benchmarks"][job.bench]
     results = config["results"]
     args = [
         "--benchmark",
         bench["benchmark"],
         "--source",
         bench["source"],
-        "--method",
-        method,
         "--dtype",
-        config["models"][model]["dtype"],
-        "--seed",
-        str(config["seed"]),
-        "--shard",
-        str(shard),
-        "--n-shards",
-        str(n_shards),
-        "--model-name",
-        model,
-        "--bench-name",
-        bench_name,
+        config["models"][job.model]["dtype"],
     ]
-    if value != "none":
-        args += ["--value", value]
-    surrogate = methods.METHODS[method].surrogate
-    if surrogate:
-        args += [f"--surrogate-{surrogate}", paths.surrogate_dir(results, model, surrogate)]
+    args += ["--seed", str(config["seed"]), "--shard", str(shard), "--n-shards", str(n_shards)]
+    args += ["--model-name", job.model, "--bench-name", job.bench, "--cells", *(cell_token(*c) for c in job.cells)]
+    for kind in sorted({methods.METHODS[m].surrogate for m, _ in job.cells} - {None}):
+        args += [f"--surrogate-{kind}", paths.surrogate_dir(results, job.model, kind)]
+    if job.group is not None:
+        args += ["--decode-batch", str(config["evaluation"]["decode_batch"])]
     if bench.get("tasks"):
         args += ["--tasks", *bench["tasks"]]
     for key in ("n_samples", "max_new_tokens", "rollouts"):
         if bench.get(key):
             args += [f"--{key.replace('_', '-')}", str(bench[key])]
-    args += ["--subsets", *bench["subsets"]]
-    args += ["--out"] + [
-        paths.shard_dir(results, Cell(model, bench_name, s, method, value), shard, n_shards) for s in bench["subsets"]
-    ]
-    return shlex.join(args)
+    args += ["--subsets", *bench["subsets"], "--out"]
+    cells = [Cell(job.model, job.bench, s, m, v) for m, v in job.cells for s in bench["subsets"]]
+    return shlex.join(args + [paths.shard_dir(results, cell, shard, n_shards) for cell in cells])
 
 
 def resource(config: dict, model: str, stage: str, key: str, attempt: int = 1):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvzap.evaluation import methods
+from kvzap.evaluation.suites import catalog
 
 
 @dataclass(frozen=True)
@@ -47,3 +48,36 @@ def cells(config: dict) -> list[Cell]:
                     values = method_values(config, model, method)
                     out += [Cell(model, name, subset, method, value_label(v)) for v in values]
     return out
+
+
+@dataclass(frozen=True)
+class EvalJob:
+    """One evaluation job: cells of one (model, benchmark entry), every subset, run by one process.
+
+    A prefill group (`group` = the surrogate its methods read, or "none") shares one prefill per sample and one
+    batched decode; any other cell (its method changes the prefill, or the benchmark samples rollouts) is a job of
+    its own (`group` None)."""
+
+    model: str
+    bench: str
+    group: str | None
+    cells: tuple[tuple[str, str], ...]  # (method, value label)
+
+
+def eval_jobs(config: dict) -> list[EvalJob]:
+    jobs = []
+    for name, bench in config["evaluation"]["benchmarks"].items():
+        sampled = bench["benchmark"] in catalog.SAMPLED_BENCHMARKS
+        for model in bench_models(config, bench):
+            groups: dict[str, list] = {}
+            for method in bench.get("methods", config["evaluation"]["methods"]):
+                if method in config["models"][model].get("skip_methods", []):
+                    continue
+                info = methods.METHODS[method]
+                for value in map(value_label, method_values(config, model, method)):
+                    if info.shares_prefill and not sampled:
+                        groups.setdefault(info.prefill_group, []).append((method, value))
+                    else:
+                        jobs.append(EvalJob(model, name, None, ((method, value),)))
+            jobs += [EvalJob(model, name, group, tuple(cells)) for group, cells in groups.items()]
+    return jobs

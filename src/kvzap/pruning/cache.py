@@ -225,6 +225,20 @@ class PrunedLayer(JudgedLayer):
         # start, capacity and length as lists too (set when they change: no device read per step)
         self.starts, self.capacities, self.lengths = [0] * n_rows, [0] * n_rows, [0] * n_rows
 
+    @classmethod
+    def from_rows(cls, keys: list[torch.Tensor], values: list[torch.Tensor], heads: int, seen: int) -> PrunedLayer:
+        """A layer whose every token is judged: row r (= b * H + h) keeps keys[r], values[r] (n_r, D) of the `seen`
+        tokens, and the window is empty. Serves rows pruned apart from this layer (one prefill, many presses)."""
+        batch, dim = len(keys) // heads, keys[0].shape[-1]
+        empty = keys[0].new_empty(batch, heads, 0, dim)
+        layer = cls(empty, empty.clone())
+        lengths = torch.tensor([k.shape[0] for k in keys], device=layer.device)
+        layer._repack(lengths)
+        layer.packed_keys, layer.packed_values = torch.cat(keys), torch.cat(values)
+        layer.length, layer.lengths = lengths, lengths.tolist()
+        layer.seen = seen
+        return layer
+
     def _settle(self, n, keep):
         if n == 1 and all(used < room for used, room in zip(self.lengths, self.capacities)):
             self._settle_one(keep.reshape(-1))

@@ -40,3 +40,5 @@ LONGBENCH_SUBSETS = (
 )
 
 AIME_SUBSETS = ("aime25",)
+# Benchmarks that sample rollouts under decoding-time compression: each cell keeps its own job (no shared prefill).
+SAMPLED_BENCHMARKS = ("aime25",)

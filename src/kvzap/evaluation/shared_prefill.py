@@ -1,0 +1,172 @@
+"""One prefill per sample for every cell whose method prunes after attention, and one batched decode for them all.
+
+A press that prunes after each attention op changes only what later tokens see, so the prefill of a context (every
+layer's attention input, keys and values) is the same for the full cache, every KVzap threshold, the top-k presses
+and every kvpress scorer baseline at every ratio. This module runs that prefill once (`record`), lets each cell's
+press choose its kept entries from it by calling the press's own hook on the recorded layer (`kept_rows`), and
+decodes the question and answer of all cells as one batch whose row i holds cell i's kept entries
+(`PrunedLayer.from_rows`): same prompt, same positions, no padding. The per-cell path (`job.run_greedy`, kvpress's
+pipeline) stays the reference; the greedy answers agree with it (tests/test_shared_prefill.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+import torch
+from tqdm import tqdm
+from transformers import DynamicCache, pipeline
+from transformers.cache_utils import DynamicLayer
+
+from kvzap.pruning.attention import use_kvzap_attention
+from kvzap.pruning.cache import JudgedLayer, PrunedLayer
+
+
+@dataclass
+class Prefill:
+    """One context's prefill: per layer, the attention module's keyword arguments (its input h, positions, mask)
+    and the dense keys and values (1, H, T, D) it cached."""
+
+    kwargs: list[dict]
+    keys: list[torch.Tensor]
+    values: list[torch.Tensor]
+
+    @property
+    def length(self) -> int:
+        return self.keys[0].shape[-2]
+
+
+def attention_modules(model) -> list[torch.nn.Module]:
+    return [layer.self_attn for layer in model.model.layers]
+
+
+@torch.no_grad()
+def record(model, context_ids: torch.Tensor) -> Prefill:
+    """Prefill (1, T) context ids with the plain model, keeping what every press's hook reads."""
+    kwargs = []
+
+    def keep(module, args, layer_kwargs, output):
+        kwargs.append({k: v for k, v in layer_kwargs.items() if k != "past_key_values"})
+
+    hooks = [m.register_forward_hook(keep, with_kwargs=True) for m in attention_modules(model)]
+    cache = DynamicCache()
+    try:
+        model.model(input_ids=context_ids, past_key_values=cache)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return Prefill(kwargs, [layer.keys for layer in cache.layers], [layer.values for layer in cache.layers])
+
+
+def _dense_layer(keys: torch.Tensor, values: torch.Tensor) -> DynamicLayer:
+    layer = DynamicLayer()
+    layer.lazy_initialization(keys, values)
+    layer.keys, layer.values = keys, values
+    return layer
+
+
+def _rows(layer, module) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """The kept (n_h, D) keys and values of each kv-head of a one-sample layer after its press's hook."""
+    if isinstance(layer, PrunedLayer):  # ours: packed kept tokens, then the window (kept: answers are not judged)
+        packed, window_k, window_v = layer.packed(), layer.dense_keys[0], layer.dense_values[0]
+        rows = [(s, s + n) for s, n in zip(packed.starts, packed.lengths)]
+        keys = [torch.cat([packed.keys[a:b], window_k[h]]) for h, (a, b) in enumerate(rows)]
+        values = [torch.cat([packed.values[a:b], window_v[h]]) for h, (a, b) in enumerate(rows)]
+        return keys, values
+    if isinstance(layer, JudgedLayer):
+        raise TypeError(f"{type(layer).__name__} keeps every entry dense: share prefills with evict=True presses")
+    keys, values = layer.keys[0], layer.values[0]  # (H, n, D): a kvpress press gathered the kept entries
+    keep = torch.ones(keys.shape[:2], dtype=torch.bool, device=keys.device)
+    masked = getattr(module, "masked_key_indices", None)  # AdaKV, DuoAttention: entries masked, not removed
+    if masked is not None:
+        _, heads, positions = masked
+        keep[heads, positions] = False
+        module.masked_key_indices = None
+    return [k[m] for k, m in zip(keys, keep)], [v[m] for v, m in zip(values, keep)]
+
+
+@torch.no_grad()
+def kept_rows(model, prefill: Prefill, press) -> tuple[list, float]:
+    """Per layer, the kept rows of one cell (its press's hook run on the recorded prefill), and the cell's
+    compression ratio as the per-cell path reads it (0 for the full cache)."""
+    modules = attention_modules(model)
+    if press is None:
+        return [(list(k[0]), list(v[0])) for k, v in zip(prefill.keys, prefill.values)], 0.0
+    cache = DynamicCache()
+    cache.layers = [_dense_layer(k, v) for k, v in zip(prefill.keys, prefill.values)]
+    rows = []
+    with press(model):
+        for module, kwargs in zip(modules, prefill.kwargs):
+            module.masked_key_indices = None
+            press.forward_hook(module, (), {**kwargs, "past_key_values": cache}, (None, None))
+            rows.append(_rows(cache.layers[module.layer_idx], module))
+            cache.layers[module.layer_idx] = None  # freed as soon as its rows are taken
+    return rows, float(press.compression_ratio)
+
+
+def batched_cache(cells: list[list], heads: int, seen: int) -> DynamicCache:
+    """One cache whose batch row i holds cell i's kept entries, layer by layer."""
+    cache = DynamicCache()
+    cache.layers = [
+        PrunedLayer.from_rows(
+            [k for cell in cells for k in cell[layer][0]], [v for cell in cells for v in cell[layer][1]], heads, seen
+        )
+        for layer in range(len(cells[0]))
+    ]
+    return cache
+
+
+@torch.no_grad()
+def decode(model, cache, question_ids: torch.Tensor, context_length: int, max_new_tokens: int) -> list[list[int]]:
+    """Greedy answers of every row, as kvpress's pipeline decodes one: the question at positions after the
+    context, then one token at a time until an end-of-sequence token (kept) or max_new_tokens."""
+    batch = cache.layers[0].removed_shape[0]
+    positions = torch.arange(context_length, context_length + question_ids.shape[1], device=model.device)
+    positions = positions.expand(batch, -1)
+    logits = model(
+        input_ids=question_ids.expand(batch, -1), past_key_values=cache, position_ids=positions, logits_to_keep=1
+    ).logits
+    stop = model.generation_config.eos_token_id
+    stop = torch.tensor(stop if isinstance(stop, list) else [stop], device=model.device)
+    tokens = [logits[:, -1].argmax(-1)]
+    done = torch.isin(tokens[-1], stop)
+    next_position = positions[:, -1:] + 1
+    for step in range(max_new_tokens - 1):
+        if bool(done.all()):
+            break
+        logits = model(input_ids=tokens[-1][:, None], past_key_values=cache, position_ids=next_position + step).logits
+        tokens.append(logits[:, -1].argmax(-1))
+        done |= torch.isin(tokens[-1], stop)
+    answers = []
+    for row in torch.stack(tokens, 1).tolist():
+        ends = [i for i, t in enumerate(row) if t in stop.tolist()]
+        answers.append(row[: ends[0] + 1] if ends else row)
+    return answers
+
+
+def run_greedy_shared(
+    model, tokenizer, rows: pd.DataFrame, presses: list, decode_batch: int = 16
+) -> list[pd.DataFrame]:
+    """`job.run_greedy` for many cells at once: per sample, one prefill and one decode per `decode_batch` cells.
+    Returns one outputs frame per press (None: the full cache), in order."""
+    pipe = pipeline("kv-press-text-generation", model=model, tokenizer=tokenizer, device=model.device)
+    use_kvzap_attention(model)  # the batched cache is read by the "kvzap" attention
+    heads = model.config.num_key_value_heads
+    out = [[] for _ in presses]
+    for row in tqdm(list(rows.itertuples()), desc=f"samples ({len(presses)} cells, one prefill each)"):
+        # the pipeline's own chat template, question suffix and truncation, as the per-cell path gets them
+        options = pipe._sanitize_parameters(question=row.question, answer_prefix=row.answer_prefix)[0]
+        inputs = pipe.preprocess(row.context, **options)
+        context_ids = inputs["context_ids"].to(model.device)
+        prefill = record(model, context_ids)
+        for first in range(0, len(presses), decode_batch):
+            chosen = [kept_rows(model, prefill, press) for press in presses[first : first + decode_batch]]
+            cache = batched_cache([rows_ for rows_, _ in chosen], heads, prefill.length)
+            answers = decode(
+                model, cache, inputs["questions_ids"][0].to(model.device), prefill.length, int(row.max_new_tokens)
+            )
+            for i, ((_, ratio), answer) in enumerate(zip(chosen, answers)):
+                text = tokenizer.decode(answer, skip_special_tokens=True)
+                out[first + i].append({"sample_id": row.sample_id, "prediction": text, "compression_ratio": ratio})
+    return [pd.DataFrame(cell) for cell in out]

@@ -1,0 +1,122 @@
+"""One prefill and one batched decode for many cells (kvzap.evaluation.shared_prefill) against the per-cell path:
+kvpress's pipeline, one press at a time, which stays the reference."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+import torch
+
+from kvzap.evaluation import job, methods, presses, shared_prefill
+from kvzap.pruning.cache import PrunedLayer
+from kvzap.surrogate.model import Surrogate
+from tiny_models import TEXT, tiny_model, tiny_tokenizer
+
+# head_dim 32: AdaKV's masking (kvpress's fake keys) needs more dimensions than the usual tiny model's 16
+SHAPE = dict(hidden_size=128, num_attention_heads=4, num_key_value_heads=2, head_dim=32)
+VALUES = {"threshold": (-0.5, 0.0), "ratio": (0.5,), "none": (None,)}
+SHARED = [name for name, info in methods.METHODS.items() if info.shares_prefill and not info.needs_hub]
+
+
+def _cells() -> list[tuple[str, float | None]]:
+    cells = [(name, value) for name in SHARED for value in VALUES[methods.METHODS[name].parameter]]
+    return cells + [("knorm", 0.25), ("streaming_llm", 0.75)]
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    root = tmp_path_factory.mktemp("shared")
+    torch.manual_seed(0)
+    Surrogate(SHAPE["hidden_size"], 2, 2).save_pretrained(root / "linear")
+    Surrogate(SHAPE["hidden_size"], 2, 2, hidden_dim=16).save_pretrained(root / "mlp")
+    return {"linear": root / "linear", "mlp": root / "mlp"}
+
+
+def _rows(n: int = 3) -> pd.DataFrame:
+    return pd.DataFrame(
+        [
+            {
+                "sample_id": f"s{i}",
+                "context": TEXT[i * 11 :] * 2,
+                "question": "What is the special magic number?",
+                "answer_prefix": " Answer:",
+                "max_new_tokens": 10,
+            }
+            for i in range(n)
+        ]
+    )
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen3"])
+def test_one_prefill_and_one_batch_answer_as_every_cell_alone(family, setup):
+    tok = tiny_tokenizer()
+    model = tiny_model(family, len(tok), **SHAPE)
+    rows, cells = _rows(), _cells()
+    reference = []
+    for name, value in cells:  # each press alone, under the attention its job would load
+        model.config._attn_implementation = methods.METHODS[name].attn_implementation or "sdpa"
+        reference.append(job.run_greedy(model, tok, rows, presses.build(name, value, setup)))
+    model.config._attn_implementation = "sdpa"
+    built = [presses.build(name, value, setup) for name, value in cells]
+    shared = shared_prefill.run_greedy_shared(model, tok, rows, built, decode_batch=6)  # several batches
+    for (name, value), alone, together in zip(cells, reference, shared):
+        assert together["prediction"].tolist() == alone["prediction"].tolist(), (name, value)
+        assert together["compression_ratio"].tolist() == pytest.approx(alone["compression_ratio"].tolist()), name
+    answers = {tuple(frame["prediction"]) for frame in reference}
+    assert len(answers) > 3, "the cells' caches differ, so must some of their answers"
+    assert len(cells) >= 20
+
+
+def test_from_rows_attends_over_exactly_its_rows():
+    torch.manual_seed(1)
+    heads, group, dim, seen = 2, 3, 8, 40
+    lengths = [5, 17, 0, 9]  # two batch rows x two kv-heads; a row may keep nothing
+    keys = [torch.randn(n, dim) for n in lengths]
+    values = [torch.randn(n, dim) for n in lengths]
+    layer = PrunedLayer.from_rows(keys, values, heads, seen)
+    assert layer.get_seq_length() == seen and layer.removed.tolist() == [[seen - 5, seen - 17], [seen, seen - 9]]
+    new_k, new_v = torch.randn(2, heads, 1, dim), torch.randn(2, heads, 1, dim)
+    layer.update(new_k, new_v)
+    query = torch.randn(2, heads * group, 1, dim)
+    out = layer.attend(query, None, dim**-0.5)  # (B, T, Hq, D)
+    for b in range(2):
+        for q_head in range(heads * group):
+            r = b * heads + q_head // group
+            k = torch.cat([keys[r], new_k[b, q_head // group]])
+            v = torch.cat([values[r], new_v[b, q_head // group]])
+            expected = torch.softmax(query[b, q_head] @ k.T * dim**-0.5, -1) @ v
+            torch.testing.assert_close(out[b, 0, q_head], expected[0], rtol=1e-5, atol=1e-6)
+
+
+def test_a_group_job_writes_what_each_cell_alone_writes(tmp_path, setup):
+    tok = tiny_tokenizer()
+    model = tiny_model("llama", len(tok), max_position_embeddings=2048, **SHAPE)
+    model.save_pretrained(tmp_path / "hf")
+    tok.save_pretrained(tmp_path / "hf")
+    model_json = tmp_path / "model.json"
+    model_json.write_text(json.dumps({"model_id": "tiny", "path": str(tmp_path / "hf"), "revision": "r0"}))
+    cells, subsets = ["full", "knorm=0.5", "streaming_llm=0.5"], ["256", "300"]
+
+    def run(cell_tokens, out_root):
+        outs = [str(out_root / c / s) for c in cell_tokens for s in subsets]
+        argv = ["--model", str(model_json), "--benchmark", "ruler", "--subsets", *subsets, "--tasks", "niah_single_2"]
+        argv += ["--n-samples", "2", "--max-new-tokens", "4", "--model-name", "m", "--bench-name", "r", "--cells"]
+        job.main(argv + [*cell_tokens, "--decode-batch", "2", "--out", *outs])
+
+    run(cells, tmp_path / "group")
+    for cell in cells:
+        run([cell], tmp_path / "alone")
+    for cell in cells:
+        for subset in subsets:
+            for name in ("predictions.csv", "metrics.json"):
+                group, alone = (tmp_path / root / cell / subset / name for root in ("group", "alone"))
+                assert group.read_bytes() == alone.read_bytes(), (cell, subset, name)
+
+
+def test_a_group_refuses_a_method_with_its_own_prefill(tmp_path):
+    argv = ["--model", "m.json", "--benchmark", "ruler", "--subsets", "256", "--model-name", "m", "--bench-name", "r"]
+    args = job.parse_args(argv + ["--cells", "full", "kvzip=0.5", "--out", str(tmp_path / "a"), str(tmp_path / "b")])
+    with pytest.raises(SystemExit, match="Only methods that prune after attention share a job"):
+        job.evaluate(args)
