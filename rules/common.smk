@@ -68,19 +68,19 @@ def rule_id(name):
     return re.sub(r"\W", "_", name)
 
 
-def _inputs(model, surrogate):
-    inputs = {"model": paths.model_json(RESULTS, model)}
-    if surrogate:
-        inputs["surrogate"] = f"{paths.surrogate_dir(RESULTS, model, surrogate)}/model.safetensors"
-    return inputs
+def _inputs(model, cell_methods):
+    """The prepared model and every surrogate the cells' methods read."""
+    kinds = sorted({methods.METHODS[m].surrogate for m in cell_methods} - {None})
+    surrogates = {f"surrogate_{k}": f"{paths.surrogate_dir(RESULTS, model, k)}/model.safetensors" for k in kinds}
+    return {"model": paths.model_json(RESULTS, model), **surrogates}
 
 
 def evaluate_inputs(wc):
-    return _inputs(wc.model, methods.METHODS[wc.method].surrogate)
+    return _inputs(wc.model, [wc.method])
 
 
 def group_inputs(job):
-    return _inputs(job.model, None if job.group == "none" else job.group)
+    return _inputs(job.model, [m for m, _ in job.cells])
 
 
 def group_files(job, n_shards):

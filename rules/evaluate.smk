@@ -1,6 +1,6 @@
 # Evaluation jobs (kvzap.plan.sweep.eval_jobs), each over every subset of its entry, the model loaded once:
-# - a prefill group: the cells of one (model, entry) whose methods prune after attention and read the same surrogate
-#   (or none) share one prefill per sample and one batched decode (kvzap.evaluation.shared_prefill);
+# - the prefill group: the cells of one (model, entry) whose methods prune after attention share one prefill per
+#   sample and one batched decode (kvzap.evaluation.shared_prefill);
 # - every other cell (KVzip's repeat pass, attention weights, chunked prefill, sampled AIME rollouts) is a job alone.
 # An entry with `shards: 1` writes its cells directly; a split entry writes per-subset shard folders, and one local
 # merge per (model, entry, method, value) joins and scores each subset's shards into its cell.

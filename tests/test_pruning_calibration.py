@@ -4,29 +4,20 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
+from transformers import DynamicCache
 
 from kvzap.pruning import KVzapPress
 from kvzap.pruning.calibration import calibrate, collect_scores, mean_ratio
 from kvzap.pruning.scorer_presses import SurrogateScorerPress
 from kvzap.surrogate.model import Surrogate
+from tiny_models import tiny_model
 
 WINDOW = 16
 
 
 @pytest.fixture(scope="module")
 def setup():
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=500,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=16,
-    )
-    model = LlamaForCausalLM(config).eval().requires_grad_(False)
+    model = tiny_model("llama", 500)
     scorer = SurrogateScorerPress(surrogate=Surrogate(64, 2, 2))
     texts = [torch.randint(0, 500, (1, n), generator=torch.Generator().manual_seed(n)) for n in (90, 130, 170)]
     return model, scorer, texts

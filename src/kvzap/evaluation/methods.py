@@ -32,12 +32,6 @@ class MethodInfo:
         (kvzap.evaluation.shared_prefill)."""
         return not self.own_prefill and self.prefill_chunk is None
 
-    @property
-    def prefill_group(self) -> str:
-        """Cells of a sample that share a prefill and are decoded as one batch: by the surrogate they read, so that
-        retraining one surrogate reruns only its group ("none" for the full cache and the kvpress baselines)."""
-        return self.surrogate or "none"
-
 
 METHODS: dict[str, MethodInfo] = {
     "full": MethodInfo("none", "Full cache"),

@@ -54,9 +54,9 @@ def cells(config: dict) -> list[Cell]:
 class EvalJob:
     """One evaluation job: cells of one (model, benchmark entry), every subset, run by one process.
 
-    A prefill group (`group` = the surrogate its methods read, or "none") shares one prefill per sample and one
-    batched decode; any other cell (its method changes the prefill, or the benchmark samples rollouts) is a job of
-    its own (`group` None)."""
+    The prefill group (`group` = PREFILL_GROUP: every cell whose method prunes after attention) shares one prefill per
+    sample and one batched decode; any other cell (its method changes the prefill, or the benchmark samples rollouts)
+    is a job of its own (`group` None)."""
 
     model: str
     bench: str
@@ -64,20 +64,23 @@ class EvalJob:
     cells: tuple[tuple[str, str], ...]  # (method, value label)
 
 
+PREFILL_GROUP = "shared"
+
+
 def eval_jobs(config: dict) -> list[EvalJob]:
     jobs = []
     for name, bench in config["evaluation"]["benchmarks"].items():
         sampled = bench["benchmark"] in catalog.SAMPLED_BENCHMARKS
         for model in bench_models(config, bench):
-            groups: dict[str, list] = {}
+            shared = []
             for method in bench.get("methods", config["evaluation"]["methods"]):
                 if method in config["models"][model].get("skip_methods", []):
                     continue
                 info = methods.METHODS[method]
                 for value in map(value_label, method_values(config, model, method)):
                     if info.shares_prefill and not sampled:
-                        groups.setdefault(info.prefill_group, []).append((method, value))
+                        shared.append((method, value))
                     else:
                         jobs.append(EvalJob(model, name, None, ((method, value),)))
-            jobs += [EvalJob(model, name, group, tuple(cells)) for group, cells in groups.items()]
+            jobs += [EvalJob(model, name, PREFILL_GROUP, tuple(shared))] if shared else []
     return jobs

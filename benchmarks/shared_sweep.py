@@ -1,0 +1,82 @@
+"""Evaluation of one sweep two ways, in the same run: the per-cell path (a job per cell: load the model, prefill
+every sample, decode alone) and the shared layout the pipeline runs (a job per prefill group: one prefill per sample,
+one batched decode; kvzap.evaluation.shared_prefill). Prints wall times and how many greedy answers agree.
+
+    python benchmarks/shared_sweep.py --model results/smollm2-135m/model.json \
+        --surrogates results/smollm2-135m/surrogates --out benchmarks/cpu/shared_sweep_demo.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import torch
+
+from kvzap.atomic import atomic_write_json
+from kvzap.evaluation import job, methods, presses
+from kvzap.evaluation.shared_prefill import run_greedy_shared
+from kvzap.evaluation.suites import ruler
+from kvzap.prepare.models import load
+from records import print_table
+
+CELLS = [
+    "full", "kvzap_linear=-3", "kvzap_linear=-2.6", "kvzap_mlp=-3", "kvzap_mlp=-2.6",
+    "knorm=0.5", "knorm=0.75", "streaming_llm=0.5", "streaming_llm=0.75", "snapkv=0.5",
+]  # fmt: skip
+COLUMNS = ["cells", "jobs_per_cell", "jobs_shared", "per_cell_s", "shared_s", "speedup", "identical_answers", "answers"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", type=Path, required=True, help="model.json of a prepared model")
+    parser.add_argument("--surrogates", type=Path, required=True, help="folder with linear/ and mlp/")
+    parser.add_argument("--cells", nargs="+", default=CELLS, help="METHOD or METHOD=VALUE, methods that share")
+    parser.add_argument("--context", type=int, default=1024)
+    parser.add_argument("--tasks", nargs="+", default=["niah_single_2", "niah_multikey_1"])
+    parser.add_argument("--n-samples", type=int, default=4, help="per task")
+    parser.add_argument("--max-new-tokens", type=int, default=12)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--decode-batch", type=int, default=16, help="cells decoded as one batch")
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    cells = [job.parse_cell(c) for c in args.cells]
+    unshared = [m for m, _ in cells if not methods.METHODS[m].shares_prefill]
+    if unshared:
+        raise SystemExit(f"{unshared} prune with their own prefill: the sweep compares methods that share one.")
+    surrogates = {kind: args.surrogates / kind for kind in ("linear", "mlp")}
+    _, tokenizer = load(args.model, dtype="float32")
+    rows = ruler.load("offline", str(args.context), tokenizer, args.n_samples, 42, tasks=args.tasks)
+    rows["max_new_tokens"] = rows["max_new_tokens"].clip(upper=args.max_new_tokens)
+
+    start = time.perf_counter()
+    alone = []
+    for method, value in cells:  # what a job per cell pays: the model loaded, every sample prefilled, decoded alone
+        model, tokenizer = load(
+            args.model, dtype="float32", attn_implementation=methods.METHODS[method].attn_implementation
+        )
+        alone.append(job.run_greedy(model, tokenizer, rows, presses.build(method, value, surrogates)))
+    per_cell_s = time.perf_counter() - start
+
+    start = time.perf_counter()  # one job for the prefill group, as kvzap.plan.sweep.eval_jobs lays it out
+    model, tokenizer = load(args.model, dtype="float32")
+    built = [presses.build(method, value, surrogates) for method, value in cells]
+    together = run_greedy_shared(model, tokenizer, rows, built, args.decode_batch)
+    shared_s = time.perf_counter() - start
+
+    same = sum(a == b for x, y in zip(alone, together) for a, b in zip(x["prediction"], y["prediction"]))
+    record = {
+        "cells": len(cells), "jobs_per_cell": len(cells), "jobs_shared": 1, "per_cell_s": per_cell_s,
+        "shared_s": shared_s, "speedup": per_cell_s / shared_s, "identical_answers": same,
+        "answers": len(cells) * len(rows), "samples": len(rows), "context_tokens": args.context, "tasks": args.tasks,
+        "cell_list": args.cells, "threads": args.threads, "decode_batch": args.decode_batch,
+        "compression_ratios": {c: float(t["compression_ratio"].mean()) for c, t in zip(args.cells, together)},
+    }  # fmt: skip
+    atomic_write_json(args.out, record)
+    print_table([record], COLUMNS)
+
+
+if __name__ == "__main__":
+    main()
