@@ -33,9 +33,10 @@ wildcard_constraints:
     n_shards=r"\d+",
 
 
-def model_resource(stage, key):
-    """A rule's resource from models.<model>.resources.<stage> (kvzap.plan.commands.RESOURCE_DEFAULTS otherwise)."""
-    return lambda wildcards, attempt=1: commands.resource(config, wildcards.model, stage, key, attempt)
+def model_resource(stage, key, model=None):
+    """A rule's resource from models.<model>.resources.<stage> (kvzap.plan.commands.RESOURCE_DEFAULTS otherwise);
+    the model is the rule's wildcard unless the rule serves one model (a prefill group)."""
+    return lambda wildcards, attempt=1: commands.resource(config, model or wildcards.model, stage, key, attempt)
 
 
 def slurm_placement():
@@ -43,9 +44,9 @@ def slurm_placement():
     return {f"slurm_{k}": v for k, v in config.get("slurm", {}).items() if v}
 
 
-def stage_resources(stage):
+def stage_resources(stage, model=None):
     """A per-model rule's cluster resources for its stage (models.<model>.resources.<stage>) and placement."""
-    return {**slurm_placement(), **{key: model_resource(stage, key) for key in ("gpu", "mem_mb", "runtime")}}
+    return {**slurm_placement(), **{key: model_resource(stage, key, model) for key in ("gpu", "mem_mb", "runtime")}}
 
 
 def report_resources():
@@ -91,17 +92,6 @@ def group_files(job, n_shards):
         for name in ("metrics.json", "predictions.csv")
         for f in cell_files(job.bench, name, n_shards=n_shards, model=job.model, method=method, value=value)
     ]
-
-
-def group_resources(job):
-    """A prefill group's resources: its model's evaluate stage (the rule has no model wildcard)."""
-    return {
-        **slurm_placement(),
-        **{
-            key: lambda wc, attempt=1, key=key: commands.resource(config, job.model, "evaluate", key, attempt)
-            for key in ("gpu", "mem_mb", "runtime")
-        },
-    }
 
 
 def cell_files(bench, name, shard="{shard}", n_shards=1, model="{model}", method="{method}", value="{value}"):

@@ -50,9 +50,9 @@ for BENCH, SPEC in config["evaluation"]["benchmarks"].items():
                 log_file("evaluate", JOB.model, BENCH, f"prefill-group-{JOB.group}", *SHARD_LOG),
             conda:
                 ENV
-            threads: lambda wc, job=JOB: commands.resource(config, job.model, "evaluate", "cpus")
+            threads: model_resource("evaluate", "cpus", JOB.model)
             resources:
-                **group_resources(JOB),
+                **stage_resources("evaluate", JOB.model),
             params:
                 args=lambda wc, job=JOB, n=N_SHARDS: commands.evaluate_args(config, job, int(wc.get("shard", 0)), n),
             shell:

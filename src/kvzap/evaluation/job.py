@@ -173,16 +173,16 @@ def evaluate_subset(args, subset: str, cells, outs, model, tokenizer, built, ben
         outputs = [run_greedy(model, tokenizer, rows, built[0])]
     common = {k: v for k, v in vars(args).items() if k not in ("subsets", "out", "cells", "decode_batch")}
     return [
-        write_cell(args, rows, output, subset, method, value, out, common)
+        write_cell(args, bench, rows, output, subset, method, value, out, common)
         for (method, value), output, out in zip(cells, outputs, outs)
     ]
 
 
-def write_cell(args, rows, outputs, subset, method, value, out: Path, common: dict) -> dict:
+def write_cell(args, bench, rows, outputs, subset, method, value, out: Path, common: dict) -> dict:
     """One cell's predictions.csv and metrics.json; its provenance names its own method and value, as a job of
     this cell alone would."""
     predictions = rows.drop(columns=["context"]).merge(outputs, on="sample_id")
-    metrics = bench_score(args, predictions)
+    metrics = bench.score(predictions) if args.n_shards == 1 else {}  # a split cell is scored once, by its merge
     params = common | {"method": method, "value": value, "subset": subset, "model": str(args.model)}
     metrics.update(
         {
@@ -202,11 +202,6 @@ def write_cell(args, rows, outputs, subset, method, value, out: Path, common: di
     metrics["json_columns"] = write_predictions(predictions, out / "predictions.csv")
     atomic_write_json(out / "metrics.json", metrics)
     return metrics
-
-
-def bench_score(args, predictions: pd.DataFrame) -> dict:
-    """The benchmark's scores; a split cell is scored once, by its merge."""
-    return benchmark_module(args.benchmark).score(predictions) if args.n_shards == 1 else {}
 
 
 def parse_args(argv=None):

@@ -19,6 +19,7 @@ from tqdm import tqdm
 from transformers import DynamicCache, pipeline
 from transformers.cache_utils import DynamicLayer
 
+from kvzap.oracle.scores import attention_modules
 from kvzap.pruning.attention import use_kvzap_attention
 from kvzap.pruning.cache import JudgedLayer, PrunedLayer
 
@@ -35,10 +36,6 @@ class Prefill:
     @property
     def length(self) -> int:
         return self.keys[0].shape[-2]
-
-
-def attention_modules(model) -> list[torch.nn.Module]:
-    return [layer.self_attn for layer in model.model.layers]
 
 
 @torch.no_grad()
@@ -138,10 +135,10 @@ def decode(model, cache, question_ids: torch.Tensor, context_length: int, max_ne
         logits = model(input_ids=tokens[-1][:, None], past_key_values=cache, position_ids=next_position + step).logits
         tokens.append(logits[:, -1].argmax(-1))
         done |= torch.isin(tokens[-1], stop)
-    answers = []
+    stops, answers = set(stop.tolist()), []
     for row in torch.stack(tokens, 1).tolist():
-        ends = [i for i, t in enumerate(row) if t in stop.tolist()]
-        answers.append(row[: ends[0] + 1] if ends else row)
+        end = next((i for i, token in enumerate(row) if token in stops), len(row) - 1)
+        answers.append(row[: end + 1])
     return answers
 
 

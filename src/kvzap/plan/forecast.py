@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kvzap.evaluation import methods
+from kvzap.evaluation.suites import catalog
 from kvzap.plan.sweep import eval_jobs
 
 THROUGHPUT = {
@@ -63,8 +64,6 @@ def _samples(bench: dict, subset: str, typical: dict) -> tuple[int, int, int]:
     """(samples, context tokens, max new tokens) of one subset of a benchmark entry."""
     kind, n = bench["benchmark"], bench.get("n_samples")
     if kind == "ruler":
-        from kvzap.evaluation.suites import catalog
-
         tasks = bench.get("tasks") or (
             catalog.RULER_OFFLINE_TASKS if bench["source"] == "offline" else catalog.RULER_TASKS
         )
@@ -82,7 +81,7 @@ def _evaluation(config: dict, typical: dict, shared: bool) -> dict[str, Cost]:
     for job in eval_jobs(config):
         bench = config["evaluation"]["benchmarks"][job.bench]
         cost = costs.setdefault(job.model, Cost())
-        cells = [(m, v) for m, v in job.cells]
+        cells = job.cells
         grouped = shared and job.group is not None
         batches = math.ceil(len(cells) / config["evaluation"]["decode_batch"]) if grouped else len(cells)
         cost.jobs += bench["shards"] * (1 if grouped else len(cells))
