@@ -120,3 +120,18 @@ def test_a_group_refuses_a_method_with_its_own_prefill(tmp_path):
     args = job.parse_args(argv + ["--cells", "full", "kvzip=0.5", "--out", str(tmp_path / "a"), str(tmp_path / "b")])
     with pytest.raises(SystemExit, match="Only methods that prune after attention share a job"):
         job.evaluate(args)
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--cells", "kvzapp=1"], "unknown method 'kvzapp'"),
+        (["--cells", "knorm=half"], "'half' is not a number"),
+        (["--cells", "full", "knorm=0.5", "--decode-batch", "0"], "must be at least 1"),
+    ],
+)
+def test_bad_cells_and_batches_are_refused_with_the_fix(tmp_path, extra, message):
+    argv = ["--model", "m.json", "--benchmark", "ruler", "--subsets", "256", "--model-name", "m", "--bench-name", "r"]
+    outs = [str(tmp_path / str(i)) for i in range(2)]
+    with pytest.raises(SystemExit, match=message):
+        job.evaluate(job.parse_args(argv + extra + ["--out", *outs]))

@@ -18,7 +18,7 @@ from tqdm import tqdm
 from transformers import pipeline
 
 from kvzap.atomic import atomic_write_json
-from kvzap.evaluation import presses
+from kvzap.evaluation import methods, presses
 from kvzap.evaluation.predictions import write_predictions
 from kvzap.evaluation.shared_prefill import run_greedy_shared
 from kvzap.evaluation.suites import BENCHMARKS, benchmark_module
@@ -106,9 +106,16 @@ def run_sampling(model, tokenizer, rows: pd.DataFrame, press, generation: dict, 
 
 
 def parse_cell(token: str) -> tuple[str, float | None]:
-    """METHOD or METHOD=VALUE (kvzap.plan.commands.cell_token) -> (method, value)."""
+    """METHOD or METHOD=VALUE (kvzap.plan.commands.cell_token) -> (method, value); a bad token stops with its fix."""
     method, _, value = token.partition("=")
-    return method, float(value) if value else None
+    if method not in methods.METHODS:
+        raise SystemExit(f"--cells {token!r}: unknown method {method!r}. Fix: use one of {sorted(methods.METHODS)}.")
+    try:
+        return method, float(value) if value else None
+    except ValueError:
+        raise SystemExit(
+            f"--cells {token!r}: {value!r} is not a number. Fix: write METHOD=VALUE, e.g. knorm=0.5."
+        ) from None
 
 
 def evaluate(args) -> list[dict]:
@@ -117,6 +124,8 @@ def evaluate(args) -> list[dict]:
 
     Outputs hold no timings, so that reruns and cluster runs reproduce them byte for byte."""
     cells = [parse_cell(token) for token in args.cells]
+    if args.decode_batch is not None and args.decode_batch < 1:
+        raise SystemExit(f"--decode-batch {args.decode_batch}: must be at least 1 (cells decoded as one batch).")
     if len(cells) * len(args.subsets) != len(args.out):
         raise SystemExit(
             f"--out needs one folder per cell and subset, cell by cell: {len(cells)} x {len(args.subsets)}, "
