@@ -110,6 +110,7 @@ def test_surrogate_for_another_model_is_refused(tmp_path):
     [
         dict(name_or_path="meta-llama/Llama-3.1-8B-Instruct"),  # a Hub name_or_path is the identity
         dict(kvzap_model_id="meta-llama/Llama-3.1-8B-Instruct", name_or_path="{tmp}"),  # the id wins over a folder
+        dict(name_or_path="{tmp}"),  # a local folder: its name is the identity
     ],
 )
 def test_identity_from_hub_name_or_kvzap_model_id(tmp_path, model_kwargs):
@@ -124,7 +125,7 @@ def test_identity_from_hub_name_or_kvzap_model_id(tmp_path, model_kwargs):
     "base_model, model_kwargs",
     [
         ("Qwen/Qwen3-8B", dict(kvzap_model_id="Qwen/Qwen3-8B", name_or_path="/some/local/folder")),
-        ("Qwen/Qwen3-8B", dict(name_or_path="{tmp}")),  # a local folder without kvzap_model_id: unknown
+        ("Qwen/Qwen3-8B", dict(name_or_path="{tmp}/Qwen3-8B")),  # a local folder named as the model
         ("Qwen/Qwen3-8B", dict()),  # empty name_or_path: unknown
         (None, dict(kvzap_model_id="meta-llama/Llama-3.1-8B-Instruct")),  # surrogate's base model unknown
     ],

@@ -49,6 +49,7 @@ class JudgedLayer(CacheLayerMixin):
     def __init__(self, window_keys: torch.Tensor, window_values: torch.Tensor):
         # No super().__init__(): `keys`/`values` are the truncation views below, not dense tensors.
         batch, heads, length, _ = window_keys.shape
+        window_keys, window_values = window_keys.detach(), window_values.detach()  # cache state, not a graph
         self.is_initialized = True
         self.dtype, self.device = window_keys.dtype, window_keys.device
         self.seen = length  # tokens ever appended: the unpruned length
@@ -91,7 +92,7 @@ class JudgedLayer(CacheLayerMixin):
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, cache_kwargs=None):
         """Append new tokens (B, H, T, D) to the window, unscored; the attention function reads the layer itself."""
-        self._append(key_states, value_states)
+        self._append(key_states.detach(), value_states.detach())
         self._scores.append(torch.full(key_states.shape[:3], math.inf, device=self.device))
         self.seen += key_states.shape[2]
         return self, self
@@ -140,9 +141,16 @@ class JudgedLayer(CacheLayerMixin):
         batch, q_heads, length, dim = query.shape
         heads = self.scores.shape[1]
         group = q_heads // heads
-        q = query.reshape(batch, heads, group * length, dim)  # (B, H, G*T, D): a row's queries together
-        out = self._attend(q, _new_token_mask(attention_mask, self.seen, length, group, query.device), scaling)
-        return out.view(batch, heads, group, length, dim).reshape(batch, q_heads, length, dim).transpose(1, 2)
+        new_mask = _new_token_mask(attention_mask, self.seen, length, group, query.device)
+
+        def attend(query):
+            q = query.reshape(batch, heads, group * length, dim)  # (B, H, G*T, D): a row's queries together
+            out = self._attend(q, new_mask, scaling)
+            return out.view(batch, heads, group, length, dim).reshape(batch, q_heads, length, dim).transpose(1, 2)
+
+        if query.requires_grad and torch.is_grad_enabled():
+            return _WithoutBackward.apply(query, attend)
+        return attend(query)
 
     def newest(self, length: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Keys and values (B, H, length, D) of the newest tokens, for scorers that read them."""
@@ -163,6 +171,23 @@ class JudgedLayer(CacheLayerMixin):
 
     def compression(self) -> torch.Tensor:
         return removed_fraction(self.removed, self.seen)
+
+
+class _WithoutBackward(torch.autograd.Function):
+    """Attention over a pruned layer when gradients are on: computed without autograd (the row loop writes its
+    output in place), and a backward stops with this error instead of a gradient missing the cached entries,
+    which the layer holds detached."""
+
+    @staticmethod
+    def forward(ctx, query, attend):
+        return attend(query)
+
+    @staticmethod
+    def backward(ctx, grad):
+        raise RuntimeError(
+            "No gradient flows through a pruned KV cache (its entries are held detached): run the forward "
+            "without the press, or under torch.no_grad() / torch.inference_mode() if no gradient is needed."
+        )
 
 
 def removed_fraction(removed: torch.Tensor, seen: int) -> torch.Tensor:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 
 import torch
@@ -29,8 +30,10 @@ class KVzapPress(WindowedPress):
     def __post_init__(self):
         super().__post_init__()
         tau = self.threshold
-        if isinstance(tau, bool) or not isinstance(tau, (int, float)) or math.isnan(tau):
+        if isinstance(tau, bool) or not isinstance(tau, numbers.Real) or math.isnan(tau):
             raise ValueError(f"threshold must be a number (a log-score such as -4.0), got {self.threshold!r}")
+        if not isinstance(tau, (int, float)):
+            self.threshold = float(tau)  # numpy / torch scalars: compared per token, and printed in reprs
 
     def select(self, scores: torch.Tensor) -> torch.Tensor:
         return scores >= self.threshold

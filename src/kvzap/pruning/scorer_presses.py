@@ -8,7 +8,7 @@ import torch
 from kvpress.presses.scorer_press import ScorerPress
 from torch import nn
 
-from kvzap.surrogate.model import Surrogate, resolve_folder
+from kvzap.surrogate.model import Surrogate, apply_layer, placed_like, resolve_folder
 
 
 @dataclass
@@ -23,21 +23,36 @@ class SurrogateScorerPress(ScorerPress):
     surrogate_path: str = ""
     surrogate: Surrogate | None = field(default=None, repr=False)
     check_base_model: bool = True
+    # per layer, the surrogate layer in the dtype and device its hidden states come in (a given surrogate is
+    # the caller's: it is never cast in place; one this press loaded is its own)
+    _layers: dict[int, nn.Module] = field(default_factory=dict, init=False, repr=False)
+    _owns_surrogate: bool = field(default=False, init=False, repr=False)
 
     def __post_init__(self):
         super().__post_init__()
+        if self.surrogate is not None and not isinstance(self.surrogate, Surrogate):
+            raise TypeError(
+                f"surrogate must be a kvzap Surrogate (Surrogate.from_pretrained(...)), got {type(self.surrogate)}"
+            )
         if self.surrogate is None:
             if not self.surrogate_path:
                 raise ValueError("SurrogateScorerPress needs surrogate_path (a folder or Hub id) or a surrogate.")
             resolve_folder(self.surrogate_path)
+        if not isinstance(self.check_base_model, bool):
+            raise ValueError(f"check_base_model must be True or False, got {self.check_base_model!r}")
 
     def post_init_from_model(self, model):
         if self.surrogate is None:
-            self.surrogate = Surrogate.from_pretrained(self.surrogate_path)
+            self.surrogate, self._owns_surrogate = Surrogate.from_pretrained(self.surrogate_path), True
+        self._layers.clear()  # a given surrogate may have been trained further since the last block
         self.surrogate.check_matches(model.config, self.check_base_model)
 
     def score(self, module: nn.Module, hidden_states: torch.Tensor, keys, values, attentions, kwargs) -> torch.Tensor:
-        return self.surrogate.score_layer(module.layer_idx, hidden_states)
+        idx = module.layer_idx
+        layer = self._layers.get(idx)
+        if layer is None or not placed_like(layer, hidden_states):
+            layer = self._layers[idx] = self.surrogate.layer_like(idx, hidden_states, self._owns_surrogate)
+        return apply_layer(layer, hidden_states)
 
 
 @dataclass
@@ -52,9 +67,29 @@ class PrecomputedScorerPress(ScorerPress):
     scores: torch.Tensor | None = field(default=None, repr=False)
     offset: int = 0
 
+    def __post_init__(self):
+        super().__post_init__()
+        if not isinstance(self.scores, torch.Tensor) or self.scores.dim() not in (3, 4):
+            shape = tuple(self.scores.shape) if isinstance(self.scores, torch.Tensor) else type(self.scores).__name__
+            raise ValueError(f"scores must be a (layers, kv_heads, T) or (layers, B, kv_heads, T) tensor, got {shape}")
+        if not self.scores.is_floating_point() or bool(self.scores.isnan().any()):
+            raise ValueError("scores must be floating point without NaN (a NaN would remove its entry silently)")
+        if isinstance(self.offset, bool) or not isinstance(self.offset, int) or self.offset < 0:
+            raise ValueError(f"offset must be an integer >= 0 (where the scored span starts), got {self.offset!r}")
+
+    def post_init_from_model(self, model):
+        expected = (model.config.num_hidden_layers, model.config.num_key_value_heads)
+        got = (self.scores.shape[0], self.scores.shape[-2])
+        if got != expected:
+            raise ValueError(
+                f"scores have (layers, kv_heads) = {got}, the model {expected}: compute them with this model."
+            )
+
     def score(self, module: nn.Module, hidden_states: torch.Tensor, keys, values, attentions, kwargs) -> torch.Tensor:
         table = self.scores[module.layer_idx]
         table = table[None] if table.dim() == 2 else table  # (B|1, H, T)
+        if table.shape[0] not in (1, hidden_states.shape[0]):
+            raise ValueError(f"scores hold {table.shape[0]} samples, the forward {hidden_states.shape[0]}")
         columns = kwargs["cache_position"].to(table.device) - self.offset  # (q_len,)
         inside = (columns >= 0) & (columns < table.shape[-1])
         picked = table[..., columns.clamp(0, table.shape[-1] - 1)].float()

@@ -7,12 +7,18 @@ Both judge the tokens leaving the window in one batch, which only makes sense at
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass, field
 from typing import ClassVar
 
 import torch
 
 from kvzap.pruning.windowed_press import WindowedPress
+
+
+def _fraction(value) -> bool:
+    """True for a real number in [0, 1]."""
+    return not isinstance(value, bool) and isinstance(value, numbers.Real) and 0 <= value <= 1
 
 
 def _top_mask(scores: torch.Tensor, k: int) -> torch.Tensor:
@@ -31,8 +37,8 @@ class _FixedRatioPress(WindowedPress):
 
     def __post_init__(self):
         super().__post_init__()
-        if isinstance(self.ratio, bool) or not isinstance(self.ratio, (int, float)) or not 0 <= self.ratio < 1:
-            raise ValueError(f"ratio must be a number in [0, 1), got {self.ratio!r}")
+        if not _fraction(self.ratio) or self.ratio == 1:
+            raise ValueError(f"ratio must be a number in [0, 1) (the fraction removed), got {self.ratio!r}")
 
     def kept_per_head(self, n: int) -> int:
         return int(n * (1 - self.ratio))
@@ -51,6 +57,14 @@ class TopKPerLayerPress(_FixedRatioPress):
     """A layer keeps H * k leaving tokens chosen across its kv-heads; each head first keeps its top safeguard * k."""
 
     safeguard: float = field(default=0.2, kw_only=True)
+
+    def __post_init__(self):
+        super().__post_init__()
+        if not _fraction(self.safeguard):
+            raise ValueError(
+                f"safeguard must be a number in [0, 1] (the share of each head's budget it always keeps), "
+                f"got {self.safeguard!r}"
+            )
 
     def select(self, scores: torch.Tensor) -> torch.Tensor:
         batch, heads, n = scores.shape

@@ -9,6 +9,7 @@ Subclasses only decide which leaving tokens survive (`select`).
 
 from __future__ import annotations
 
+import numbers
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -21,6 +22,7 @@ from transformers.cache_utils import DynamicLayer
 from kvzap.pruning.attention import use_kvzap_attention
 from kvzap.pruning.cache import JudgedLayer, MaskedLayer, PrunedLayer, refuse_padding, removed_fraction
 from kvzap.pruning.chunked import check_chunk, chunked_prefill
+from kvzap.pruning.entry import ModelState, check_model, refuse_other_presses
 from kvzap.pruning.scorer_presses import SurrogateScorerPress
 
 
@@ -48,16 +50,22 @@ class WindowedPress(BasePress):
     prefill_chunk: int | None = field(default=None, kw_only=True)
     removed_counts: dict[int, tuple[torch.Tensor, int]] = field(default_factory=dict, init=False, repr=False)
     _judging_chunks: bool = field(default=False, init=False, repr=False)
+    _active: bool = field(default=False, init=False, repr=False)
+    _pruned: bool = field(default=False, init=False, repr=False)
 
     def __post_init__(self):
+        for name in ("evict", "check_base_model"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
         if isinstance(self.scorer, (str, Path)):
             self.scorer = SurrogateScorerPress(surrogate_path=str(self.scorer), check_base_model=self.check_base_model)
         elif isinstance(self.scorer, SurrogateScorerPress) and not self.check_base_model:
             self.scorer = replace(self.scorer, check_base_model=False)
         if not callable(getattr(self.scorer, "score", None)):
             raise TypeError(f"scorer must be a kvpress ScorerPress or a surrogate path, got {self.scorer!r}")
-        if isinstance(self.window, bool) or not isinstance(self.window, int) or self.window < 0:
-            raise ValueError(f"window must be an integer >= 0, got {self.window!r}")
+        if isinstance(self.window, bool) or not isinstance(self.window, numbers.Integral) or self.window < 0:
+            raise ValueError(f"window must be an integer >= 0 (tokens always kept), got {self.window!r}")
+        self.window = int(self.window)
         if not isinstance(self.decoding, bool):
             raise ValueError(f"decoding must be True or False, got {self.decoding!r}")
         check_chunk(self.prefill_chunk)
@@ -72,17 +80,32 @@ class WindowedPress(BasePress):
 
     @contextmanager
     def __call__(self, model):
+        """Checks everything first (kvzap.pruning.entry), then hooks the model; leaving restores it, keeping the
+        "kvzap" attention only if the block left a pruned cache (which no other attention can read)."""
+        if self._active:
+            raise RuntimeError(
+                f"This {type(self).__name__} is already active on a model: leave its `with` block first, "
+                "or use another press object."
+            )
+        check_model(self, model)
+        state = ModelState.of(model)
         chunks = (
             nullcontext()
             if self.prefill_chunk is None
             else chunked_prefill(model, self.prefill_chunk, self._set_judging_chunks)
         )
-        with super().__call__(model), chunks:
-            yield
+        self._active, self._pruned = True, False
+        try:
+            with super().__call__(model), chunks:
+                yield
+        finally:
+            self._active = False
+            state.restore(model, keep_attention=self._pruned)
 
     def _set_judging_chunks(self, on: bool) -> None:
         self._judging_chunks = on
 
+    @torch.no_grad()  # pruning is a selection: no graph, so grad-enabled forwards run the same ops
     def forward_hook(self, module: nn.Module, input, kwargs: dict, output):
         hidden_states = kwargs["hidden_states"]  # (B, T, D), the attention input
         cache, idx = kwargs.get("past_key_values"), module.layer_idx
@@ -93,6 +116,7 @@ class WindowedPress(BasePress):
             # the prefill (its tokens alone in the cache), told without reading cache_position off the device
             if idx == 0:
                 self.removed_counts.clear()
+            refuse_other_presses(self, module)
             dense = cache.layers[idx]
             if type(dense) is not DynamicLayer:
                 raise TypeError(
@@ -101,6 +125,7 @@ class WindowedPress(BasePress):
                 )
             refuse_padding(kwargs.get("attention_mask"))
             cache.layers[idx] = (PrunedLayer if self.evict else MaskedLayer)(dense.keys, dense.values)
+            self._pruned = True
         elif not ((self.decoding or self._judging_chunks) and isinstance(cache.layers[idx], JudgedLayer)):
             return output
         layer = cache.layers[idx]

@@ -7,6 +7,7 @@ kvpress's `KVzapModel.from_pretrained` loads ours and we load theirs. Safetensor
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 from pathlib import Path
@@ -55,6 +56,24 @@ def resolve_folder(name_or_path: str | Path) -> Path | None:
     return folder
 
 
+def read_config(path: Path) -> dict:
+    """A surrogate's config.json, checked: sizes are positive integers (hidden_dim may be null: linear), and a
+    recorded base_model is a string."""
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(f"Corrupt surrogate config {path}: not JSON text ({err}); save the surrogate again.") from err
+    if not isinstance(config, dict):
+        raise ValueError(f"Corrupt surrogate config {path}: a JSON object is needed, got {type(config).__name__}.")
+    for key in ("input_dim", "output_dim", "n_modules", "hidden_dim"):
+        value = config.get(key)
+        if (value is not None or key != "hidden_dim") and (type(value) is not int or value < 1):
+            raise ValueError(f"Corrupt surrogate config {path}: {key} must be a positive integer, got {value!r}.")
+    if not isinstance(config.get("base_model") or "", str):
+        raise ValueError(f"Corrupt surrogate config {path}: base_model must be an id, not {config['base_model']!r}")
+    return config
+
+
 class Surrogate(nn.Module):
     """`n_modules` independent per-layer regressors, linear (hidden_dim None) or D -> hidden -> GELU -> H."""
 
@@ -75,12 +94,17 @@ class Surrogate(nn.Module):
         return torch.stack([layer(h[:, i]) for i, layer in enumerate(self.layers)], dim=1)
 
     def score_layer(self, layer_idx: int, hidden_states: torch.Tensor) -> torch.Tensor:
-        """hidden_states: (B, T, D) attention input of one layer -> (B, H, T) predicted log scores."""
+        """hidden_states: (B, T, D) attention input of one layer -> (B, H, T) predicted log scores, computed in
+        their dtype and device (by a cast copy of the layer if needed: the surrogate itself is never changed)."""
+        return apply_layer(self.layer_like(layer_idx, hidden_states), hidden_states)
+
+    def layer_like(self, layer_idx: int, like: torch.Tensor, in_place: bool = False) -> nn.Module:
+        """Layer `layer_idx` in `like`'s device and dtype: itself if it already is; otherwise a cast copy, or,
+        with `in_place` (for a surrogate the caller owns), the layer cast in place."""
         layer = self.layers[layer_idx]
-        weight = (layer if self.hidden_dim is None else layer[0]).weight  # (not parameters(): this runs per token)
-        if weight.device != hidden_states.device or weight.dtype != hidden_states.dtype:
-            layer.to(hidden_states.device, hidden_states.dtype)
-        return layer(hidden_states).transpose(1, 2)
+        if placed_like(layer, like):
+            return layer
+        return (layer if in_place else copy.deepcopy(layer)).to(like.device, like.dtype)
 
     def config_dict(self) -> dict:
         return {
@@ -104,6 +128,8 @@ class Surrogate(nn.Module):
     @classmethod
     def from_pretrained(cls, name_or_path: str | Path, revision: str | None = None) -> Surrogate:
         """Load from a local folder or a Hub model repository (org/name); see `resolve_folder` for which is which."""
+        if not isinstance(name_or_path, (str, Path)) or not str(name_or_path):
+            raise TypeError(f"Surrogate.from_pretrained takes a folder or a Hub id (org/name), got {name_or_path!r}")
         folder = resolve_folder(name_or_path)
         if folder is None:
             from huggingface_hub import snapshot_download
@@ -114,11 +140,8 @@ class Surrogate(nn.Module):
             for name in (CONFIG_NAME, WEIGHTS_NAME):
                 if not (folder / name).is_file():
                     raise FileNotFoundError(f"Hub repository {name_or_path} has no {name}: is it a KVzap surrogate?")
-        try:
-            config = json.loads((folder / CONFIG_NAME).read_text())
-            model = cls(config["input_dim"], config["output_dim"], config["n_modules"], config.get("hidden_dim"))
-        except (json.JSONDecodeError, KeyError, TypeError) as err:
-            raise ValueError(f"Corrupt surrogate config {folder / CONFIG_NAME}: {err}") from err
+        config = read_config(folder / CONFIG_NAME)
+        model = cls(config["input_dim"], config["output_dim"], config["n_modules"], config.get("hidden_dim"))
         try:
             state = load_file(str(folder / WEIGHTS_NAME))
         except (SafetensorError, OSError) as err:
@@ -127,6 +150,9 @@ class Surrogate(nn.Module):
             model.load_state_dict(state)
         except RuntimeError as err:
             raise ValueError(f"Surrogate weights {folder / WEIGHTS_NAME} do not match its config: {err}") from err
+        bad = sorted(name for name, tensor in state.items() if not bool(tensor.isfinite().all()))
+        if bad:
+            raise ValueError(f"Surrogate weights {folder / WEIGHTS_NAME} hold NaN or inf in {bad}: retrain it.")
         kvpress_name = KVPRESS_NAME.fullmatch(Path(str(name_or_path)).name)
         model.base_model = config.get("base_model") or (kvpress_name.group(1) if kvpress_name else None)
         return model.eval().requires_grad_(False)
@@ -146,22 +172,43 @@ class Surrogate(nn.Module):
             )
         identity = model_identity(model_config)
         if check_base_model and self.base_model and identity and not same_model(self.base_model, identity):
+            loaded_from = str(getattr(model_config, "name_or_path", "") or "")
+            where = "" if loaded_from in ("", identity) else f" (loaded from {loaded_from})"
             raise ValueError(
-                f"Surrogate was trained for {self.base_model}, but the model is {identity}: load the surrogate "
-                "trained for this model, or pass check_base_model=False to the press if it is the same model."
+                f"Surrogate was trained for {self.base_model}, but the model is {identity}{where}: load the surrogate "
+                "trained for this model, or pass check_base_model=False to the press if it is the same model "
+                "(or set model.config.kvzap_model_id to its Hub id)."
             )
 
 
-def model_identity(model_config) -> str | None:
-    """The model's Hub id: `kvzap_model_id` (set by kvzap.prepare.models.load), else a Hub-id `name_or_path`.
+def placed_like(layer: nn.Module, like: torch.Tensor) -> bool:
+    """Whether a surrogate layer's weights have `like`'s device and dtype (its first weight: this runs per token)."""
+    weight = (layer if isinstance(layer, nn.Linear) else layer[0]).weight
+    return weight.device == like.device and weight.dtype == like.dtype
 
-    None (unknown) for an empty name or a local folder, which says nothing about which model it holds.
+
+def apply_layer(layer: nn.Module, hidden_states: torch.Tensor) -> torch.Tensor:
+    """(B, T, D) -> (B, H, T) predicted log scores of one surrogate layer."""
+    return layer(hidden_states).transpose(1, 2)
+
+
+def model_identity(model_config) -> str | None:
+    """The model's id: `kvzap_model_id` (set by kvzap.prepare.models.load), else its `name_or_path`: a Hub id,
+    a Hub-cache snapshot folder (models--org--name/snapshots/<rev>: org/name), or a local folder, named by its
+    last part (compared with a base model's name, as kvpress names its checkpoints).
+
+    None (unknown) for a model built in code (empty name_or_path).
     """
     explicit = getattr(model_config, "kvzap_model_id", None)
     if explicit:
         return str(explicit)
     name = str(getattr(model_config, "name_or_path", "") or "")
-    return name if is_hub_id(name) else None
+    if not name or is_hub_id(name):
+        return name or None
+    folder = Path(name).expanduser()
+    if folder.parent.name == "snapshots" and folder.parent.parent.name.startswith("models--"):
+        return folder.parent.parent.name.removeprefix("models--").replace("--", "/", 1)
+    return folder.resolve().name or None
 
 
 def same_model(a: str, b: str) -> bool:

@@ -1,0 +1,95 @@
+"""What entering a press checks and what leaving it restores: a press only borrows the model.
+
+Entry refuses, before anything on the model changes, what would otherwise fail deep inside a forward or prune
+silently wrong: something that is not a causal LM, weights not loaded (meta) or not floating point, and a
+press already active on the model (presses do not nest: two hooks would judge the same tokens under two
+rules). The cache is only known at the first forward, where the press refuses any but a full-attention
+DynamicCache. Leaving restores what kvpress's `BasePress`
+and the "kvzap" attention changed: the attention implementation (unless the block left a pruned cache, which
+only that implementation can read) and the `rotary_emb` attribute kvpress puts on every attention module.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvpress.presses.base_press import BasePress
+from transformers import PreTrainedModel
+
+from kvzap.pruning.chunked import base_model
+
+
+def attention_modules(model: PreTrainedModel) -> list:
+    """The attention module of each decoder layer, as kvpress hooks them."""
+    return [layer.self_attn for layer in base_model(model).layers]
+
+
+def _layers(model):
+    try:
+        return base_model(model).layers
+    except AttributeError:
+        return None
+
+
+def active_presses(modules) -> list[BasePress]:
+    """kvpress presses (ours included) whose hook is on any of `modules`: the presses active on the model."""
+    found = []
+    for module in modules:
+        for hook in module._forward_hooks.values():
+            owner = getattr(hook, "__self__", None)
+            if isinstance(owner, BasePress) and all(owner is not p for p in found):
+                found.append(owner)
+    return found
+
+
+def check_model(press: BasePress, model) -> None:
+    """Raise, naming the value and the fix, if `press` cannot be entered on `model`."""
+    name = type(press).__name__
+    if not isinstance(model, PreTrainedModel) or _layers(model) is None:
+        raise TypeError(
+            f"{name}(model) takes a transformers causal LM (e.g. AutoModelForCausalLM.from_pretrained(...)), got "
+            f"{type(model).__name__}: pass the model that has .model.layers, not its decoder or a pipeline."
+        )
+    dtype = next(model.parameters()).dtype
+    if any(p.is_meta for p in model.parameters()):
+        raise ValueError(f"{name}: the model's weights are on the meta device (not loaded): load them first.")
+    if not dtype.is_floating_point:
+        raise TypeError(f"{name}: the model's weights are {dtype}; presses run float16, bfloat16 or float32 models.")
+    others = active_presses(attention_modules(model))
+    if others:
+        raise RuntimeError(
+            f"{type(others[0]).__name__} is already active on this model: presses do not nest, so leave its "
+            f"`with` block before entering {name} (or use one press)."
+        )
+
+
+def refuse_other_presses(press: BasePress, module) -> None:
+    """Raise if a press other than `press` hooks `module`: a kvpress press entered inside ours (kvpress's own
+    presses do not check at entry), which would prune the same cache under a second rule."""
+    others = [p for p in active_presses([module]) if p is not press]
+    if others:
+        raise RuntimeError(
+            f"{type(others[0]).__name__} was entered inside {type(press).__name__}'s block: presses do not nest, "
+            "so use one press at a time."
+        )
+
+
+@dataclass
+class ModelState:
+    """What a press changes on the model, as it was at entry."""
+
+    attention: str
+    had_rotary: list[bool]
+
+    @classmethod
+    def of(cls, model: PreTrainedModel) -> ModelState:
+        modules = attention_modules(model)
+        return cls(model.config._attn_implementation, ["rotary_emb" in m._modules for m in modules])
+
+    def restore(self, model: PreTrainedModel, keep_attention: bool) -> None:
+        """Undo kvpress's rotary_emb attributes, and the attention implementation unless `keep_attention`."""
+        for module, had in zip(attention_modules(model), self.had_rotary):
+            if not had and "rotary_emb" in module._modules:
+                del module.rotary_emb
+        if not keep_attention and model.config._attn_implementation != self.attention:
+            model.set_attn_implementation(self.attention)
