@@ -13,15 +13,18 @@ import argparse
 import json
 import math
 import os
+import re
 import shutil
 from pathlib import Path
 
 import pandas as pd
 from huggingface_hub import DatasetCard, DatasetCardData, HfApi, ModelCard, ModelCardData
+from huggingface_hub.errors import HFValidationError
+from huggingface_hub.utils import validate_repo_id
 
 from kvzap.atomic import atomic_write_json, atomic_write_text
 from kvzap.provenance import stamp
-from kvzap.surrogate.model import CONFIG_NAME, WEIGHTS_NAME
+from kvzap.surrogate.model import CONFIG_NAME, WEIGHTS_NAME, Surrogate, same_model
 
 PAPER = "https://arxiv.org/abs/2601.07891"
 SURROGATE_FILES = (CONFIG_NAME, WEIGHTS_NAME, "metrics.json")
@@ -29,6 +32,9 @@ SURROGATE_FILES = (CONFIG_NAME, WEIGHTS_NAME, "metrics.json")
 # surrogate (kvzap.evaluation.presses: "kvzap_linear", "kvzap_mlp"; its sweep value is the threshold tau), as
 # kvzap.report.aggregate writes them: `model` is the config's model key, `model_id` the model's id.
 MODEL_COLS, METHOD_COL, COMPRESSION_COL, TAU_COL = ("model", "model_id"), "method", "compression_ratio", "value"
+KINDS = ("linear", "mlp")
+# A Hub license identifier (apache-2.0, mit, cc-by-4.0, other): lower-case letters, digits, '.', '-', '+'.
+LICENSE = re.compile(r"[a-z0-9][a-z0-9.+-]*")
 
 
 def short_name(model_id: str) -> str:
@@ -63,10 +69,16 @@ def tau_curve(tables: list[Path], model_names: set[str], kind: str) -> pd.DataFr
         in_model = [df[c].astype(str).isin(model_names) for c in MODEL_COLS if c in df.columns]
         if in_model:
             df = df[pd.concat(in_model, axis=1).any(axis=1)]
-        parts.append(df[[TAU_COL, COMPRESSION_COL]].set_axis(["threshold", COMPRESSION_COL], axis=1))
+        try:
+            part = df[[TAU_COL, COMPRESSION_COL]].astype(float)
+        except ValueError as err:
+            raise SystemExit(
+                f"{path}: kvzap_{kind} rows need numeric {TAU_COL} and {COMPRESSION_COL} ({err})."
+            ) from None
+        parts.append(part.set_axis(["threshold", COMPRESSION_COL], axis=1))
     if not parts:
         return pd.DataFrame(columns=["threshold", COMPRESSION_COL])
-    curve = pd.concat(parts).astype(float).dropna()
+    curve = pd.concat(parts).dropna()
     curve = curve[~curve["threshold"].isin([math.inf, -math.inf])]  # tau=-inf is the "prune nothing" point
     return curve.groupby("threshold", as_index=False)[COMPRESSION_COL].mean().sort_values("threshold")
 
@@ -161,14 +173,53 @@ surrogate = KVzapModel.from_pretrained("{repo_id}")
     return ModelCard(f"---\n{data.to_yaml()}\n---\n{body}")
 
 
+def verified_metrics(surrogate_dir: Path) -> dict:
+    """The surrogate's metrics.json, once everything the repo would publish is checked: the weights load and
+    fit the config, the kind (folder name, metrics, weights) agrees, the recorded base model is the one the repo
+    is named after, and R² has one row per layer. Anything else stops the run naming the file and the fix."""
+    missing = [f for f in SURROGATE_FILES if not (surrogate_dir / f).is_file()]
+    if missing:
+        raise SystemExit(f"{surrogate_dir} lacks {missing}: train the surrogate first.")
+    try:
+        surrogate = Surrogate.from_pretrained(surrogate_dir)
+        metrics = json.loads((surrogate_dir / "metrics.json").read_text(encoding="utf-8"))
+    except (ValueError, OSError) as err:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise SystemExit(f"{surrogate_dir}: {err}. Fix: retrain or re-save the surrogate.") from None
+    fix = f"Fix: retrain the surrogate ({surrogate_dir / 'metrics.json'} is what kvzap.surrogate.train writes)."
+    if (
+        not isinstance(metrics, dict)
+        or metrics.get("kind") not in KINDS
+        or not isinstance(metrics.get("model_id"), str)
+    ):
+        raise SystemExit(f"{surrogate_dir / 'metrics.json'}: needs kind (linear or mlp) and model_id. {fix}")
+    kind, model_id = metrics["kind"], metrics["model_id"]
+    weights_kind = "linear" if surrogate.hidden_dim is None else "mlp"
+    if kind != weights_kind or surrogate_dir.name in set(KINDS) - {kind}:
+        raise SystemExit(
+            f"{surrogate_dir}: metrics say {kind}, the weights are {weights_kind}, the folder is "
+            f"{surrogate_dir.name}: the files are from different surrogates. {fix}"
+        )
+    if surrogate.base_model and not same_model(surrogate.base_model, model_id):
+        raise SystemExit(
+            f"{surrogate_dir}: its config was trained for {surrogate.base_model}, its metrics for {model_id}: "
+            f"the repo would be named after {short_name(model_id)}. {fix}"
+        )
+    rows = metrics.get("r2")
+    if not isinstance(rows, list) or len(rows) != surrogate.n_modules or not all(_r2_row(r) for r in rows):
+        raise SystemExit(f"{surrogate_dir / 'metrics.json'}: r2 needs one row of numbers per layer. {fix}")
+    return metrics
+
+
+def _r2_row(row) -> bool:
+    row = row if isinstance(row, list) else [row]
+    return bool(row) and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in row)
+
+
 def build_model_repo(
     surrogate_dir: Path, out: Path, namespace: str, tables: list[Path], dataset_repo: str | None, license: str
 ) -> dict:
     """Copy one trained surrogate into out/models/<name>/ with its model card; return its plan entry."""
-    missing = [f for f in SURROGATE_FILES if not (surrogate_dir / f).is_file()]
-    if missing:
-        raise SystemExit(f"{surrogate_dir} lacks {missing}: train the surrogate first.")
-    metrics = json.loads((surrogate_dir / "metrics.json").read_text())
+    metrics = verified_metrics(surrogate_dir)
     kind = metrics["kind"]
     repo_id = model_repo_id(namespace, kind, metrics["model_id"])
     folder = out / "models" / repo_id.split("/")[-1]
@@ -176,8 +227,10 @@ def build_model_repo(
     folder.mkdir(parents=True)
     for name in SURROGATE_FILES:
         shutil.copy2(surrogate_dir / name, folder / name)
-    # results/<model key>/surrogates/<kind>: the key is what the tables call the model
-    names = {metrics["model_id"], short_name(metrics["model_id"]), surrogate_dir.resolve().parents[1].name}
+    # results/<model key>/surrogates/<kind>: the key is what the tables call the model (other layouts have none)
+    names = {metrics["model_id"], short_name(metrics["model_id"])}
+    if surrogate_dir.resolve().parent.name == "surrogates":
+        names.add(surrogate_dir.resolve().parents[1].name)
     card = model_card(repo_id, kind, metrics, tau_curve(tables, names, kind), dataset_repo, license)
     atomic_write_text(folder / "README.md", str(card))
     return {"repo_id": repo_id, "repo_type": "model", "folder": str(folder), "source": str(surrogate_dir)}
@@ -234,6 +287,43 @@ def upload(plan: list[dict], private: bool, token: str) -> None:
         entry["commit_url"] = commit.commit_url
 
 
+def check_repo_id(option: str, repo_id: str) -> None:
+    try:
+        validate_repo_id(repo_id)
+    except HFValidationError as err:
+        raise SystemExit(f"{option} {repo_id!r} is not a valid Hub name: {err}") from None
+
+
+def check_table(path: Path) -> None:
+    try:
+        columns = pd.read_csv(path, nrows=0).columns
+    except (OSError, ValueError, pd.errors.ParserError) as err:  # EmptyDataError and UnicodeDecodeError too
+        raise SystemExit(f"--tables {path}: not a readable CSV table ({err}). Fix: pass aggregated tables.") from None
+    if not len(columns):
+        raise SystemExit(f"--tables {path}: a CSV table with a header row is needed.")
+
+
+def check_args(args) -> None:
+    """Names, license and tables, checked before anything is written."""
+    if not args.surrogates and not args.dataset_repo:
+        raise SystemExit("Nothing to publish: pass --surrogates and/or --dataset-repo with --tables.")
+    if "/" in args.namespace:
+        raise SystemExit(f"--namespace {args.namespace!r}: a Hub user or organisation, without '/'.")
+    check_repo_id("--namespace", f"{args.namespace}/KVzap-mlp-model")
+    if args.dataset_repo is not None:
+        if args.dataset_repo.count("/") != 1:
+            raise SystemExit(
+                f"--dataset-repo {args.dataset_repo!r}: name it namespace/name, e.g. my-org/KVzap-results."
+            )
+        check_repo_id("--dataset-repo", args.dataset_repo)
+    if not LICENSE.fullmatch(args.license):
+        raise SystemExit(f"--license {args.license!r}: use a Hub license identifier, e.g. apache-2.0 or mit.")
+    if args.out.exists() and not args.out.is_dir():
+        raise SystemExit(f"--out {args.out} is a file: name a folder to write the repos into.")
+    for path in args.tables:
+        check_table(path)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Publish KVzap surrogates and result tables to the Hugging Face Hub.")
     parser.add_argument("--surrogates", type=Path, nargs="*", default=[], help="trained surrogate folders")
@@ -249,11 +339,18 @@ def main(argv: list[str] | None = None) -> None:
     token = os.environ.get("HF_TOKEN")
     if not args.dry_run and not token:
         raise SystemExit("Set HF_TOKEN (a write token) in the environment to upload, or pass --dry-run.")
+    check_args(args)
     tables = sorted(args.tables)
     plan = [
         build_model_repo(d, args.out, args.namespace, tables, args.dataset_repo, args.license)
         for d in sorted(args.surrogates)
     ]
+    repo_ids = [entry["repo_id"] for entry in plan]
+    twice = sorted({r for r in repo_ids if repo_ids.count(r) > 1})
+    if twice:
+        raise SystemExit(
+            f"Several --surrogates would be uploaded as {twice}: publish one surrogate per model and kind."
+        )
     if args.dataset_repo:
         plan.append(build_dataset_repo(tables, args.out, args.dataset_repo, args.license))
     if not args.dry_run:

@@ -14,15 +14,21 @@ from kvzap.plan.schema import SCHEMA, validate
 from kvzap.plan.sweep import cells
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Check a kvzap config as a run would, before any job.")
     parser.add_argument("config", type=Path)
     parser.add_argument("--forecast", action="store_true", help="print jobs, tokens and GPU-hours per stage and model")
     parser.add_argument("--throughput", type=Path, default=None, help="JSON replacing forecast throughput defaults")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    if args.throughput is not None and not args.forecast:
+        raise SystemExit(f"--throughput {args.throughput} is read by the forecast only: add --forecast.")
     try:
-        with args.config.open() as stream:
+        with args.config.open(encoding="utf-8") as stream:
             config = yaml.safe_load(stream)
+    except (OSError, UnicodeDecodeError) as err:
+        raise SystemExit(
+            f"Configuration file {args.config}: not a readable text file ({err}). Fix: pass a YAML file."
+        ) from None
     except yaml.YAMLError as err:
         raise SystemExit(f"Invalid configuration file {args.config}: {err}") from None
     try:

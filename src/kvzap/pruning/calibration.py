@@ -21,6 +21,7 @@ from kvzap.atomic import atomic_write_json
 from kvzap.prepare.models import load
 from kvzap.pruning.scorer_presses import SurrogateScorerPress
 from kvzap.pruning.windowed_press import WindowedPress
+from kvzap.surrogate.model import Surrogate
 
 
 @dataclass
@@ -65,11 +66,28 @@ def mean_ratio(samples: list[ScoreSample], threshold: float) -> float:
     return sum(s.ratio(threshold) for s in samples) / len(samples)
 
 
+def check_target(target) -> None:
+    if isinstance(target, bool) or not isinstance(target, (int, float)) or not 0 <= target < 1:
+        raise ValueError(f"target ratio {target!r} must be a number in [0, 1) (the fraction of entries removed)")
+
+
+def judged_scores(samples: list[ScoreSample]) -> torch.Tensor:
+    """Every judged score of every sample; refuses samples where no token left the window."""
+    scores = [s for sample in samples for s in sample.layer_scores]
+    if not scores or not sum(s.numel() for s in scores):
+        raise ValueError(
+            "No calibration token left the window, so no score was judged: use texts longer than the window "
+            "(or a smaller window)."
+        )
+    return torch.cat(scores)
+
+
 def threshold_for(samples: list[ScoreSample], target: float, iterations: int = 60) -> float:
     """Smallest-error tau with mean ratio ~= target, by bisection (the ratio never decreases with tau)."""
-    scores = torch.cat([s for sample in samples for s in sample.layer_scores])
+    check_target(target)
+    scores = judged_scores(samples)
     low, high = scores.min().item() - 1.0, scores.max().item() + 1.0
-    if not 0 <= target < mean_ratio(samples, high):
+    if target >= mean_ratio(samples, high):
         raise ValueError(
             f"target ratio {target} is out of reach: with this window at most "
             f"{mean_ratio(samples, high):.3f} of the entries can be removed"
@@ -82,7 +100,9 @@ def threshold_for(samples: list[ScoreSample], target: float, iterations: int = 6
 
 def calibrate(samples: list[ScoreSample], targets: list[float], curve_points: int = 41) -> dict:
     """{"thresholds": [{target, threshold, compression_ratio}], "curve": [{threshold, compression_ratio}]}."""
-    scores = torch.cat([s for sample in samples for s in sample.layer_scores])
+    for target in targets:
+        check_target(target)
+    scores = judged_scores(samples)
     lo, hi = torch.quantile(scores[torch.randperm(len(scores))[:100_000]], torch.tensor([0.01, 0.99])).tolist()
     grid = torch.linspace(lo, hi, curve_points).tolist()
     taus = {t: threshold_for(samples, t) for t in targets}
@@ -90,7 +110,39 @@ def calibrate(samples: list[ScoreSample], targets: list[float], curve_points: in
     return {"thresholds": found, "curve": [{"threshold": t, "compression_ratio": mean_ratio(samples, t)} for t in grid]}
 
 
-def main() -> None:
+def read_texts(path: Path) -> list[str]:
+    """The --texts file: a non-empty JSON list of non-empty strings, checked before the model loads."""
+    try:
+        texts = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise SystemExit(
+            f"--texts {path}: not a readable JSON text file ({err}). Fix: pass a JSON list of texts."
+        ) from None
+    if not isinstance(texts, list) or not texts or not all(isinstance(t, str) and t.strip() for t in texts):
+        raise SystemExit(f'--texts {path}: a non-empty JSON list of non-empty strings is needed, e.g. ["text", ...].')
+    return texts
+
+
+def check_args(args) -> None:
+    """Everything that can be checked without the model, so a bad argument stops before any forward."""
+    for target in args.targets:
+        if not 0 <= target < 1:
+            raise SystemExit(f"--targets {target}: a target is a fraction removed in [0, 1), e.g. 0.5 0.67 0.75.")
+    if args.window < 0 or args.max_tokens < 1:
+        raise SystemExit(f"--window {args.window} --max-tokens {args.max_tokens}: need window >= 0, max-tokens >= 1.")
+    try:
+        record = json.loads(Path(args.model_json).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise SystemExit(
+            f"--model-json {args.model_json}: not readable JSON ({err}). Fix: run the prepare stage."
+        ) from None
+    if not isinstance(record, dict) or not isinstance(record.get("path"), str):
+        raise SystemExit(f"--model-json {args.model_json}: not a model.json (no path). Fix: run the prepare stage.")
+    if args.out.is_dir():
+        raise SystemExit(f"--out {args.out} is a folder: name the JSON file to write, e.g. {args.out / 'tau.json'}.")
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model-json", required=True, help="model.json written by `python -m kvzap.prepare.models`")
     parser.add_argument("--surrogate", required=True, help="surrogate folder or Hub id")
@@ -99,13 +151,19 @@ def main() -> None:
     parser.add_argument("--window", type=int, default=128)
     parser.add_argument("--max-tokens", type=int, default=4096)
     parser.add_argument("--out", type=Path, required=True)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    check_args(args)
+    texts = read_texts(args.texts)
+    try:
+        scorer = SurrogateScorerPress(surrogate=Surrogate.from_pretrained(args.surrogate))
+    except (OSError, ValueError, TypeError) as err:
+        raise SystemExit(f"--surrogate {args.surrogate}: {err}") from None
     model, tokenizer = load(args.model_json)
-    texts = json.loads(args.texts.read_text())
     ids = [tokenizer(t, return_tensors="pt").input_ids[:, : args.max_tokens] for t in texts]
-    result = calibrate(
-        collect_scores(model, ids, SurrogateScorerPress(surrogate_path=args.surrogate), args.window), args.targets
-    )
+    try:
+        result = calibrate(collect_scores(model, ids, scorer, args.window), args.targets)
+    except ValueError as err:
+        raise SystemExit(str(err)) from None
     atomic_write_json(args.out, result)
     for row in result["thresholds"]:
         print(f"target {row['target']:.2f}: threshold {row['threshold']:.4f} -> ratio {row['compression_ratio']:.4f}")
