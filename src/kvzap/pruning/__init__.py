@@ -32,9 +32,12 @@ Usage (pruning happens after each attention op, in prefill and, with decoding=Tr
     # kvpress's pipeline re-enters only its own DMSPress while answering, so there the context alone is
     # pruned, whatever `decoding` says; use model.generate for decoding-time pruning.
 
-Entering the press selects the "kvzap" attention implementation on the model, and it stays selected:
-pruned caches outlive the `with` block (the pipeline answers questions after it), and for dense caches it
-is sdpa. Batch rows must be unpadded (a padded prefill is refused); beam search is not supported.
+Entering the press checks the model (kvzap.pruning.entry: a causal LM, loaded floating-point weights, no
+other press active: presses do not nest) and selects the "kvzap" attention implementation; leaving restores
+the model, except that "kvzap" stays selected after a block that pruned a cache: pruned caches outlive the
+`with` block (the pipeline answers questions after it), and for dense caches it is sdpa. The caller's
+surrogate is never cast in place. Batch rows must be unpadded (a padded prefill is refused); beam search is
+not supported. Forwards with gradients enabled work; a backward through a pruned cache is refused.
 Attention over a pruned layer is segment attention (kvzap.pruning.segments): each (batch, kv-head) row's
 query heads read only that row's kept entries, so memory and time follow the kept cache.
 
