@@ -491,6 +491,7 @@ def test_publish_verifies_each_surrogate(published, kind, name, edit, message):
         (["--license", "MIT License!"], "use a Hub license identifier"),
         (["--tables", "missing.csv"], "--tables missing.csv: not a readable CSV table"),
         (["--tables", sys.executable], "not a readable CSV table"),
+        (["--dataset-repo", "me/results", "--tables", ROOT / "pyproject.toml"], "pyproject.toml: not a readable CSV"),
     ],
 )
 def test_publish_refuses_bad_names_and_tables(published, extra, message):

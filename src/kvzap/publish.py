@@ -296,9 +296,12 @@ def check_repo_id(option: str, repo_id: str) -> None:
 
 def check_table(path: Path) -> None:
     try:
-        columns = pd.read_csv(path, nrows=0).columns
+        columns = pd.read_csv(path).columns  # whole: the dataset card counts its rows
     except (OSError, ValueError, pd.errors.ParserError) as err:  # EmptyDataError and UnicodeDecodeError too
-        raise SystemExit(f"--tables {path}: not a readable CSV table ({err}). Fix: pass aggregated tables.") from None
+        reason = " ".join(str(err).split())  # pandas' messages span lines
+        raise SystemExit(
+            f"--tables {path}: not a readable CSV table ({reason}). Fix: pass aggregated tables."
+        ) from None
     if not len(columns):
         raise SystemExit(f"--tables {path}: a CSV table with a header row is needed.")
 

@@ -149,7 +149,8 @@ class Surrogate(nn.Module):
         try:
             model.load_state_dict(state)
         except RuntimeError as err:
-            raise ValueError(f"Surrogate weights {folder / WEIGHTS_NAME} do not match its config: {err}") from err
+            reason = " ".join(str(err).split())  # torch lists the keys on several lines
+            raise ValueError(f"Surrogate weights {folder / WEIGHTS_NAME} do not match its config: {reason}") from err
         bad = sorted(name for name, tensor in state.items() if not bool(tensor.isfinite().all()))
         if bad:
             raise ValueError(f"Surrogate weights {folder / WEIGHTS_NAME} hold NaN or inf in {bad}: retrain it.")
