@@ -41,7 +41,7 @@ from kvzap.pruning.attention import use_kvzap_attention
 from kvzap.pruning.calibration import collect_scores, threshold_for
 from kvzap.pruning.segments import applicable_kernels
 from kvzap.surrogate.model import Surrogate
-from records import print_table
+from records import nonnegative_int, output_file, positive_int, print_table, unit_fraction
 
 # Llama-3.1-8B / Qwen3-8B attention shapes; the MLP is kept small (it is the same in both runs).
 GEOMETRY = dict(
@@ -235,11 +235,13 @@ def prefill_records(model, prompt: torch.Tensor, calibration: torch.Tensor, args
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--contexts", type=int, nargs="*", default=[4096, 16384], help="query records (none: skip)")
-    parser.add_argument("--prefill-contexts", type=int, nargs="*", default=[], help="prefill records")
-    parser.add_argument("--chunk", type=int, default=2048, help="prefill chunk (tokens)")
-    parser.add_argument("--calibration-tokens", type=int, default=2048, help="ids that calibrate τ (prefill)")
+    parser.add_argument("--out", type=output_file, required=True)
+    parser.add_argument(
+        "--contexts", type=positive_int, nargs="*", default=[4096, 16384], help="query records (none: skip)"
+    )
+    parser.add_argument("--prefill-contexts", type=positive_int, nargs="*", default=[], help="prefill records")
+    parser.add_argument("--chunk", type=positive_int, default=2048, help="prefill chunk (tokens)")
+    parser.add_argument("--calibration-tokens", type=positive_int, default=2048, help="ids that calibrate τ (prefill)")
     parser.add_argument(
         "--model",
         choices=["paper", "demo"],
@@ -249,13 +251,13 @@ def main() -> None:
     parser.add_argument(
         "--model-json", type=Path, default=Path(".cache/smollm2/model.json"), help="the demo model, prepared if missing"
     )
-    parser.add_argument("--queries", type=int, default=512, help="new tokens in the timed forward")
-    parser.add_argument("--ratios", type=float, nargs="+", default=[0.5, 0.75])
-    parser.add_argument("--window", type=int, default=128)
-    parser.add_argument("--layers", type=int, default=1)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--queries", type=positive_int, default=512, help="new tokens in the timed forward")
+    parser.add_argument("--ratios", type=unit_fraction, nargs="+", default=[0.5, 0.75])
+    parser.add_argument("--window", type=nonnegative_int, default=128)
+    parser.add_argument("--layers", type=positive_int, default=1)
+    parser.add_argument("--repeats", type=positive_int, default=3)
     parser.add_argument("--dtype", choices=sorted(DTYPES), default=None, help="default: bfloat16 on GPU, else float32")
-    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--threads", type=positive_int, default=1)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     device = "cuda" if torch.cuda.is_available() else "cpu"

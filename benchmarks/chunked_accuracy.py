@@ -23,16 +23,17 @@ from kvzap.evaluation.job import greedy_summary
 from kvzap.evaluation.suites import benchmark_module
 from kvzap.prepare.models import ensure_prepared, load
 from kvzap.pruning import KVzapPress, SurrogateScorerPress
+from records import output_file, positive_int
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--out", type=output_file, required=True)
     parser.add_argument(
         "--surrogate", required=True, help="surrogate folder (the demo's: results/<model>/surrogates/mlp)"
     )
     parser.add_argument("--threshold", type=float, required=True)
-    parser.add_argument("--chunks", type=int, nargs="+", default=[256, 512])
+    parser.add_argument("--chunks", type=positive_int, nargs="+", default=[256, 512])
     parser.add_argument(
         "--model-json",
         type=Path,
@@ -41,9 +42,9 @@ def main() -> None:
     )
     parser.add_argument("--subset", default="1024", help="RULER context length (offline generator)")
     parser.add_argument("--tasks", nargs="+", default=["niah_single_1", "niah_single_2", "niah_multikey_1"])
-    parser.add_argument("--n-samples", type=int, default=20, help="per task")
-    parser.add_argument("--max-new-tokens", type=int, default=12)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--n-samples", type=positive_int, default=20, help="per task")
+    parser.add_argument("--max-new-tokens", type=positive_int, default=12)
+    parser.add_argument("--threads", type=positive_int, default=2)
     parser.add_argument("--seed", type=int, default=42)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)

@@ -13,7 +13,6 @@ the full cache itself mean bf16 comparisons between methods say nothing about ex
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 import torch
 from kvpress import DMSPress
@@ -23,14 +22,17 @@ from kvzap.atomic import atomic_write_json
 from kvzap.pruning import KVzapPress, SurrogateScorerPress
 from kvzap.pruning.calibration import collect_scores, threshold_for
 from kvzap.surrogate.model import Surrogate
+from records import output_file, positive_int, unit_fraction
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--context", type=int, default=8192, help="fp32 sdpa on GPU holds heads x context^2 floats")
-    parser.add_argument("--ratio", type=float, default=0.75)
-    parser.add_argument("--decode-steps", type=int, default=16)
+    parser.add_argument("--out", type=output_file, required=True)
+    parser.add_argument(
+        "--context", type=positive_int, default=8192, help="fp32 sdpa on GPU holds heads x context^2 floats"
+    )
+    parser.add_argument("--ratio", type=unit_fraction, default=0.75)
+    parser.add_argument("--decode-steps", type=positive_int, default=16)
     parser.add_argument("--tiny", action="store_true")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = parser.parse_args()

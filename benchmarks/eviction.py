@@ -27,7 +27,7 @@ from kvzap.prepare.models import ensure_prepared, load
 from kvzap.pruning import KVzapPress, SurrogateScorerPress
 from kvzap.pruning.calibration import collect_scores, threshold_for
 from kvzap.surrogate.model import Surrogate
-from records import print_table
+from records import nonnegative_int, output_file, positive_int, print_table, unit_fraction
 
 COLUMNS = [
     "context_tokens",
@@ -98,7 +98,7 @@ def decode_side_by_side(models: dict, presses: dict, ids: torch.Tensor, steps: i
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--out", type=output_file, required=True)
     parser.add_argument(
         "--model-json",
         type=Path,
@@ -106,11 +106,11 @@ def main() -> None:
         help=f"prepared model (prepared from {DEFAULT_MODEL} if missing)",
     )
     parser.add_argument("--surrogate", default=None, help="surrogate folder or Hub id (default: random linear)")
-    parser.add_argument("--contexts", type=int, nargs="+", default=[2048, 4096, 8192])
-    parser.add_argument("--ratios", type=float, nargs="+", default=[0.5, 0.75])
-    parser.add_argument("--decode-steps", type=int, default=32)
-    parser.add_argument("--window", type=int, default=128)
-    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--contexts", type=positive_int, nargs="+", default=[2048, 4096, 8192])
+    parser.add_argument("--ratios", type=unit_fraction, nargs="+", default=[0.5, 0.75])
+    parser.add_argument("--decode-steps", type=positive_int, default=32)
+    parser.add_argument("--window", type=nonnegative_int, default=128)
+    parser.add_argument("--threads", type=positive_int, default=1)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     logging.disable_progress_bar()

@@ -21,7 +21,6 @@ import argparse
 import contextlib
 import statistics
 import time
-from pathlib import Path
 
 import torch
 from kvpress import DMSPress
@@ -33,7 +32,7 @@ from kvzap.pruning import KVzapPress, SurrogateScorerPress
 from kvzap.pruning.calibration import collect_scores, threshold_for
 from kvzap.pruning.segments import applicable_kernels, float32_rows, segment_attention
 from kvzap.surrogate.model import Surrogate
-from records import print_table
+from records import nonnegative_int, output_file, positive_int, print_table, unit_fraction
 
 QWEN3_8B = dict(
     num_hidden_layers=36,
@@ -165,12 +164,12 @@ def agreement(a: dict, b: dict) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--contexts", type=int, nargs="+", default=[32768, 131072])
-    parser.add_argument("--ratios", type=float, nargs="+", default=[0.5, 0.75])
-    parser.add_argument("--decode-steps", type=int, default=32)
-    parser.add_argument("--window", type=int, default=128)
-    parser.add_argument("--calibration-tokens", type=int, default=4096)
+    parser.add_argument("--out", type=output_file, required=True)
+    parser.add_argument("--contexts", type=positive_int, nargs="+", default=[32768, 131072])
+    parser.add_argument("--ratios", type=unit_fraction, nargs="+", default=[0.5, 0.75])
+    parser.add_argument("--decode-steps", type=positive_int, default=32)
+    parser.add_argument("--window", type=nonnegative_int, default=128)
+    parser.add_argument("--calibration-tokens", type=positive_int, default=4096)
     parser.add_argument("--tiny", action="store_true", help="a small model of the same shape ratios (CPU checks)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument(

@@ -38,6 +38,7 @@ from kvzap.atomic import atomic_write_json
 from kvzap.oracle.scores import RepeatPrompt, attention_modules, build_repeat_prompt, oracle_scores
 from kvzap.prepare.assets import paul_graham_essays
 from kvzap.prepare.models import ensure_prepared, load
+from records import output_file, positive_int
 
 SMALL_MODEL = "offline/SmolLM2-135M-Instruct"
 METHODS = {"ours": "sdpa", "ref": "eager", "kvpress": "sdpa"}  # method -> attention implementation
@@ -177,13 +178,13 @@ def measure(args, method: str, n_tokens: int, scores: Path) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path)
-    parser.add_argument("--contexts", type=int, nargs="+", default=[1024, 2048, 4096])
+    parser.add_argument("--out", type=output_file)
+    parser.add_argument("--contexts", type=positive_int, nargs="+", default=[1024, 2048, 4096])
     parser.add_argument("--model-json", type=Path, default=Path(".cache/smollm2/model.json"))
-    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--threads", type=positive_int, default=1)
     parser.add_argument("--no-kvpress", action="store_true", help="skip timing kvpress's KVzipPress")
     parser.add_argument("--worker", choices=list(METHODS), help=argparse.SUPPRESS)
-    parser.add_argument("--context-tokens", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--context-tokens", type=positive_int, help=argparse.SUPPRESS)
     parser.add_argument("--scores", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:

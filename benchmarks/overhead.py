@@ -21,6 +21,7 @@ from kvzap.atomic import atomic_write_json
 from kvzap.prepare.models import ensure_prepared, load
 from kvzap.report.flops import LayerShape, mlp_hidden, share
 from kvzap.surrogate.model import Surrogate
+from records import output_file, positive_int
 
 # From each model's config.json on the Hub (paper Table 3).
 CONFIGS = {
@@ -56,11 +57,11 @@ def measured_share(model, surrogate: Surrogate, tokens: int, repeats: int) -> fl
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--out", type=output_file, required=True)
     parser.add_argument("--model-json", type=Path, default=Path(".cache/smollm2/model.json"))
-    parser.add_argument("--tokens", type=int, default=512, help="tokens per timed forward")
-    parser.add_argument("--repeats", type=int, default=20)
-    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--tokens", type=positive_int, default=512, help="tokens per timed forward")
+    parser.add_argument("--repeats", type=positive_int, default=20)
+    parser.add_argument("--threads", type=positive_int, default=1)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     logging.disable_progress_bar()

@@ -1,6 +1,10 @@
-"""What every benchmark script prints: its records as one table (tabulate), the chosen columns in order."""
+"""What every benchmark script shares: its records printed as one table (tabulate), and the argument types that
+refuse a bad command-line value at parse time, naming it, before any model loads or any timing starts."""
 
 from __future__ import annotations
+
+import argparse
+from pathlib import Path
 
 from tabulate import tabulate
 
@@ -8,3 +12,42 @@ from tabulate import tabulate
 def print_table(records: list[dict], keys: list[str]) -> None:
     if records:
         print(tabulate([[r[k] for k in keys] for r in records], headers=keys, floatfmt=".3f"))
+
+
+def _integer(text: str, least: int, what: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer: give {what}") from None
+    if value < least:
+        raise argparse.ArgumentTypeError(f"{value} is below {least}: give {what}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """Tokens, steps, repeats, threads, samples: at least one."""
+    return _integer(text, 1, "a whole number of at least 1")
+
+
+def nonnegative_int(text: str) -> int:
+    """A window, which may be empty."""
+    return _integer(text, 0, "a whole number of tokens, 0 or more")
+
+
+def unit_fraction(text: str) -> float:
+    """A compression ratio: the fraction of entries removed, in [0, 1)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number: give a ratio in [0, 1)") from None
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is outside [0, 1): a ratio is the fraction of entries removed")
+    return value
+
+
+def output_file(text: str) -> Path:
+    """Where a record's JSON goes: a file path (its folder is created), not an existing folder."""
+    path = Path(text)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a folder: give a file path such as {path / 'record.json'}")
+    return path

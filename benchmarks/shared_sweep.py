@@ -19,7 +19,7 @@ from kvzap.evaluation import job, methods, presses
 from kvzap.evaluation.shared_prefill import run_greedy_shared
 from kvzap.evaluation.suites import ruler
 from kvzap.prepare.models import load
-from records import print_table
+from records import output_file, positive_int, print_table
 
 CELLS = [
     "full", "kvzap_linear=-3", "kvzap_linear=-2.6", "kvzap_mlp=-3", "kvzap_mlp=-2.6",
@@ -33,13 +33,13 @@ def main() -> None:
     parser.add_argument("--model", type=Path, required=True, help="model.json of a prepared model")
     parser.add_argument("--surrogates", type=Path, required=True, help="folder with linear/ and mlp/")
     parser.add_argument("--cells", nargs="+", default=CELLS, help="METHOD or METHOD=VALUE, methods that share")
-    parser.add_argument("--context", type=int, default=1024)
+    parser.add_argument("--context", type=positive_int, default=1024)
     parser.add_argument("--tasks", nargs="+", default=["niah_single_2", "niah_multikey_1"])
-    parser.add_argument("--n-samples", type=int, default=4, help="per task")
-    parser.add_argument("--max-new-tokens", type=int, default=12)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--decode-batch", type=int, default=16, help="cells decoded as one batch")
-    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--n-samples", type=positive_int, default=4, help="per task")
+    parser.add_argument("--max-new-tokens", type=positive_int, default=12)
+    parser.add_argument("--threads", type=positive_int, default=2)
+    parser.add_argument("--decode-batch", type=positive_int, default=16, help="cells decoded as one batch")
+    parser.add_argument("--out", type=output_file, required=True)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     cells = [job.parse_cell(c) for c in args.cells]

@@ -1,0 +1,70 @@
+"""The benchmark scripts refuse a bad command-line value at parse time, naming it (benchmarks/records.py)."""
+
+import argparse
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from records import nonnegative_int, output_file, positive_int, unit_fraction  # noqa: E402
+
+SCRIPTS = sorted(p for p in (ROOT / "benchmarks").glob("*.py") if p.name != "records.py")
+FREE_NUMBERS = {"--seed", "--threshold"}  # any integer seed, any real threshold
+
+
+@pytest.mark.parametrize(
+    "parse, text, message",
+    [
+        (positive_int, "0", "0 is below 1: give a whole number of at least 1"),
+        (positive_int, "-3", "-3 is below 1"),
+        (positive_int, "2.5", "'2.5' is not an integer"),
+        (nonnegative_int, "-1", "-1 is below 0: give a whole number of tokens, 0 or more"),
+        (unit_fraction, "1", "1.0 is outside [0, 1)"),
+        (unit_fraction, "-0.1", "-0.1 is outside [0, 1)"),
+        (unit_fraction, "half", "'half' is not a number"),
+        (output_file, str(ROOT), "is a folder: give a file path"),
+    ],
+)
+def test_bad_values_are_refused_by_name(parse, text, message):
+    with pytest.raises(argparse.ArgumentTypeError, match=message.replace("[", r"\[").replace(")", r"\)")):
+        parse(text)
+
+
+def test_good_values_pass_through(tmp_path):
+    assert (positive_int("4"), nonnegative_int("0"), unit_fraction("0.75")) == (4, 0, 0.75)
+    assert output_file(str(tmp_path / "r.json")) == tmp_path / "r.json"
+
+
+def _typed_flags(script: Path):
+    """(flag, type name) of every add_argument call with a type= in the script."""
+    for node in ast.walk(ast.parse(script.read_text())):
+        if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "add_argument":
+            kinds = [k.value.id for k in node.keywords if k.arg == "type" and isinstance(k.value, ast.Name)]
+            if kinds and node.args and isinstance(node.args[0], ast.Constant):
+                yield node.args[0].value, kinds[0]
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
+def test_every_count_ratio_and_output_flag_is_checked(script):
+    unchecked = [
+        (flag, kind)
+        for flag, kind in _typed_flags(script)
+        if (kind in ("int", "float") and flag not in FREE_NUMBERS) or (flag == "--out" and kind != "output_file")
+    ]
+    assert not unchecked, f"{script.name}: flags parsed without a check: {unchecked}"
+
+
+def test_a_script_stops_before_any_work():
+    run = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "overhead.py"), "--out", "x.json", "--tokens", "0"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert run.returncode == 2
+    assert "argument --tokens: 0 is below 1: give a whole number of at least 1" in run.stderr
