@@ -2,10 +2,11 @@
 
 The prompt is `user: <ctx> Repeat the previous context exactly. assistant: <ctx>` (chat template). The user
 turn is prefilled once into a KV cache; the repetition then runs as one or more extra forwards on that cache.
-A hook on every attention module recomputes, from the module's own projections, the queries of the
-repeated tokens and reads the keys and values the module just cached, streaming over chunks of queries,
-so the model keeps whatever attention implementation it was loaded with and peak extra memory per layer
-is O(query_chunk x sequence) instead of the full (heads x repeat x prompt) attention tensor.
+An attention function registered in transformers' attention interface (kvzap.oracle.attention) receives
+the queries, keys and values exactly as the model's attention does, scores the repeated tokens' queries in
+chunks and then computes the output with the implementation the model was loaded with, so no family's
+query path is re-implemented and peak extra memory per layer is O(query_chunk x sequence) instead of the
+full (heads x repeat x prompt) attention tensor.
 
 For a context token i and a query j of its repetition (per query head, softmax over every key j sees):
     KVzip   s_i  = max_j a_ji
@@ -36,8 +37,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from torch import nn
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
+
+from kvzap.oracle.attention import LayerScorer, attention_modules, check_family, decoder, scoring
+
+__all__ = [  # attention_modules is kvzap.oracle.attention's, public here too
+    "CHUNK_TOKENS",
+    "CONTINUE_INSTRUCTION",
+    "CUE_TOKENS",
+    "REPEAT_INSTRUCTION",
+    "OracleScores",
+    "RepeatPrompt",
+    "attention_modules",
+    "build_repeat_prompt",
+    "oracle_scores",
+    "repeat_chunks",
+]
 
 REPEAT_INSTRUCTION = "\n\nRepeat the previous context exactly."
 CONTINUE_INSTRUCTION = "\n\nRepeat the part of the previous context exactly, starting with"
@@ -162,97 +177,6 @@ def repeat_chunks(
     return chunks
 
 
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    x1, x2 = x.chunk(2, dim=-1)
-    return torch.cat((-x2, x1), dim=-1)
-
-
-def _queries(module: nn.Module, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """h: (c, D) -> RoPE'd float32 queries (H_q, c, d), with Qwen3-style per-head q norm when present."""
-    x = module.q_proj(h).view(h.shape[0], -1, module.head_dim)
-    if getattr(module, "q_norm", None) is not None:
-        x = module.q_norm(x)
-    x = x.transpose(0, 1).float()
-    return x * cos + _rotate_half(x) * sin
-
-
-class _LayerScorer:
-    """Forward hook: during the user-turn prefill keeps the requested attention inputs (and, with `keep_kv`,
-    the keys and values the module cached for them); during a repeat forward scores the context positions
-    `self.scored` by the last `self.n_repeat` tokens."""
-
-    def __init__(
-        self,
-        model: PreTrainedModel,
-        context: slice,
-        query_chunk: int,
-        keep_positions: torch.Tensor | None,
-        keep_kv: bool = False,
-    ):
-        cfg = model.config
-        self.query_chunk, self.keep_positions, self.keep_kv = query_chunk, keep_positions, keep_kv
-        self.context_start = context.start
-        n_ctx = context.stop - context.start
-        self.scored: slice | None = None
-        self.n_repeat = 0
-        self.kvzip = torch.zeros(cfg.num_hidden_layers, cfg.num_key_value_heads, n_ctx)  # (L, H_kv, C)
-        self.plus_log = torch.zeros_like(self.kvzip)
-        self.hidden: dict[int, torch.Tensor] = {}
-        self.kv: dict[int, torch.Tensor] = {}
-
-    @torch.no_grad()
-    def __call__(self, module: nn.Module, args, kwargs, output):
-        layer = module.layer_idx
-        h = kwargs["hidden_states"][0]  # (n, D) the tokens of this forward, batch of one
-        if self.scored is None:
-            if self.keep_positions is not None:
-                rows = self.context_start + self.keep_positions.to(h.device)
-                self.hidden[layer] = h[rows].cpu()
-                if self.keep_kv:  # the cache as the model wrote it: RoPE'd (and k-normed) keys, in its dtype
-                    cached = kwargs["past_key_values"].layers[layer]
-                    self.kv[layer] = torch.cat([cached.keys[0, :, rows], cached.values[0, :, rows]], dim=-1).cpu()
-            return
-        cached = kwargs["past_key_values"].layers[layer]
-        keys = cached.keys[0].float()  # (H_kv, T, d) RoPE'd, the whole sequence this forward attends to
-        n_kv, n_seq, d = keys.shape
-        group = module.num_key_value_groups
-        scored = self.scored
-        values = cached.values[0, :, scored].float()  # (H_kv, C_k, d)
-        w_o = module.o_proj.weight.float().view(-1, n_kv, group, d)  # (D, H_kv, g, d): query head q = k*g + i
-        out_norm = torch.cat(
-            [
-                torch.einsum("kcd,ekgd->kgce", values[:, s : s + self.query_chunk], w_o).norm(dim=-1)
-                for s in range(0, values.shape[1], self.query_chunk)
-            ],
-            dim=-1,
-        )  # (H_kv, g, C_k) = ||W_O^h v_i||, streamed over tokens to bound the (.., D) intermediate
-
-        cos, sin = (t[0].float() for t in kwargs["position_embeddings"])  # (n, d)
-        first = h.shape[0] - self.n_repeat  # first repeated token within this forward
-        key_pos = torch.arange(n_seq, device=h.device)
-        kvzip = torch.zeros_like(out_norm)
-        plus = torch.zeros_like(out_norm)
-        for start in range(first, h.shape[0], self.query_chunk):
-            rows = slice(start, min(start + self.query_chunk, h.shape[0]))
-            q = _queries(module, h[rows], cos[rows], sin[rows]).view(n_kv, group, -1, d)  # (H_kv, g, c, d)
-            logits = q @ keys[:, None].transpose(-1, -2) * module.scaling  # (H_kv, g, c, T)
-            query_pos = key_pos[n_seq - h.shape[0] + rows.start : n_seq - h.shape[0] + rows.stop]  # (c,)
-            future = key_pos[None, :] > query_pos[:, None]  # (c, T)
-            attn = logits.masked_fill_(future, float("-inf")).softmax(dim=-1)[..., scored]  # (H_kv, g, c, C_k)
-            kvzip = torch.maximum(kvzip, attn.amax(dim=2))
-            h_norm = h[rows].float().norm(dim=-1)  # (c,)
-            plus = torch.maximum(plus, (attn / h_norm[:, None]).amax(dim=2))
-        plus = plus * out_norm  # max_j commutes with the j-independent positive factor ||W_O v_i||
-
-        local = slice(scored.start - self.context_start, scored.stop - self.context_start)
-        self.kvzip[layer, :, local] = kvzip.amax(dim=1).cpu()
-        self.plus_log[layer, :, local] = plus.amax(dim=1).log().cpu()
-
-
-def attention_modules(model: PreTrainedModel) -> list[nn.Module]:
-    return [layer.self_attn for layer in model.model.layers]
-
-
 @torch.no_grad()
 def oracle_scores(
     model: PreTrainedModel,
@@ -268,6 +192,7 @@ def oracle_scores(
     repeats the whole context in one forward (kvpress's data.py definition) whatever its length."""
     if keep_kv and keep_positions is None:
         raise ValueError("keep_kv=True needs keep_positions: the keys and values are kept at those context positions.")
+    check_family(model)
     ids, ctx = prompt.input_ids, prompt.context
     chunks = repeat_chunks(prompt, chunk_tokens)
     window = getattr(model.config, "sliding_window", None)
@@ -276,23 +201,23 @@ def oracle_scores(
             f"Sliding-window attention ({window} tokens) is shorter than the repeat prompt: "
             "the oracle's full-softmax attention weights would not be the model's."
         )
-    scorer = _LayerScorer(model, ctx, query_chunk, keep_positions, keep_kv)
-    handles = [m.register_forward_hook(scorer, with_kwargs=True) for m in attention_modules(model)]
+    scorer = LayerScorer(model, ctx, query_chunk, keep_positions, keep_kv)
     device = next(model.parameters()).device
     cache = DynamicCache()  # full-attention layers whatever the config, so crop() always applies
-    try:
-        # The decoder alone: no LM head (the repeated copy's logits are never needed).
-        model.model(input_ids=ids[:, : ctx.stop].to(device), past_key_values=cache, use_cache=True)
+    with scoring(model, scorer):
+        decoder(model)(input_ids=ids[:, : ctx.stop].to(device), past_key_values=cache, use_cache=True)
         for chunk_ids, scorer.scored, scorer.n_repeat in chunks:
-            model.model(input_ids=chunk_ids[None].to(device), past_key_values=cache, use_cache=True)
+            decoder(model)(input_ids=chunk_ids[None].to(device), past_key_values=cache, use_cache=True)
             cache.crop(ctx.stop)
-    finally:
-        for handle in handles:
-            handle.remove()
-    layers = sorted(scorer.hidden)
+    layers = range(len(scorer.modules))
+    if any(i not in scorer.kvzip for i in layers):
+        raise NotImplementedError(
+            f"The KVzap oracle cannot score {model.config.model_type} models: some attention layers never called "
+            "transformers' attention function."
+        )
     return OracleScores(
-        kvzip=scorer.kvzip,
-        kvzip_plus_log=scorer.plus_log,
+        kvzip=torch.stack([scorer.kvzip[i] for i in layers]),
+        kvzip_plus_log=torch.stack([scorer.plus_log[i] for i in layers]),
         hidden=torch.stack([scorer.hidden[i] for i in layers]) if keep_positions is not None else None,
         kv=torch.stack([scorer.kv[i] for i in layers]) if keep_kv else None,
     )

@@ -1,0 +1,237 @@
+"""The oracle's attention function: it sees what the model's own attention sees, and scores from it.
+
+transformers hands every attention function the queries and keys after the family's projections, norms and
+positional encoding (fused qkv, whole-projection q/k norms, partial rotary, NoPE layers), together with the
+call's scaling, soft-cap and attention sinks. Scoring there, instead of recomputing queries from `q_proj`,
+needs no per-family code. The function computes the output with the attention implementation the model was
+loaded with (same masks, same kernel), so the forward and every later layer run exactly as without the oracle.
+
+A forward pre-hook on each attention module keeps its input h (for ||h_j|| and the surrogate's inputs); W_O
+per query head is read from the module's output projection, found by name.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+
+import torch
+from torch import nn
+from transformers import AttentionInterface, PreTrainedModel
+from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+ATTENTION_NAMES = ("self_attn", "attention", "self_attention", "attn")  # a decoder layer's attention submodule
+OUTPUT_NAMES = ("o_proj", "dense", "out_proj", "c_proj", "wo")  # an attention module's output projection
+PREFIX = "kvzap_oracle_"  # + the implementation that computes the output, e.g. kvzap_oracle_sdpa
+
+_ACTIVE: ContextVar[LayerScorer | None] = ContextVar("kvzap_oracle_scorer", default=None)
+
+
+def decoder(model: PreTrainedModel) -> nn.Module:
+    """The decoder stack (no LM head): the repeated copy's logits are never needed."""
+    base = model.base_model
+    return getattr(base, "language_model", base)
+
+
+def _attention_of(layer: nn.Module) -> nn.Module | None:
+    for name in ATTENTION_NAMES:
+        module = getattr(layer, name, None)
+        if isinstance(module, nn.Module):
+            return module
+    return None
+
+
+def attention_modules(model: PreTrainedModel) -> list[nn.Module]:
+    """The attention module of each decoder layer (self_attn, or GPT-NeoX's attention, ...)."""
+    modules = [_attention_of(layer) for layer in decoder(model).layers]
+    if any(m is None for m in modules):
+        raise NotImplementedError(_refusal(model, "some decoder layers have no attention module"))
+    return modules
+
+
+def _refusal(model: PreTrainedModel, reason: str) -> str:
+    return f"The KVzap oracle cannot score {model.config.model_type} models: {reason}."
+
+
+def _recurrent_reason(config) -> str | None:
+    """Why the config has layers without a KV cache (linear attention, state-space), or None."""
+    layer_types = getattr(config, "layer_types", None) or []
+    other = sorted({t for t in layer_types if t not in ("full_attention", "sliding_attention")})
+    if other:
+        return f"its layers of type {', '.join(other)} keep a recurrent state, not a KV cache"
+    fields = [k for k in config.to_dict() if k.startswith(("mamba", "ssm", "linear_", "layers_block_type"))]
+    if fields:
+        return f"it has state-space or linear-attention layers ({fields[0]}, ...), which keep no KV cache"
+    return None
+
+
+def check_family(model: PreTrainedModel) -> None:
+    """Refuse, before any forward, a family whose cache is not per-head keys and values the oracle can score."""
+    config = model.config
+    if getattr(config, "kv_lora_rank", None):
+        raise NotImplementedError(
+            _refusal(model, "its multi-head latent attention caches a compressed latent KV, not per-head keys")
+        )
+    reason = _recurrent_reason(config)
+    if reason:
+        raise NotImplementedError(_refusal(model, reason))
+    for module in attention_modules(model):
+        output_projection(model, module)
+    if not model._can_set_attn_implementation():
+        raise NotImplementedError(_refusal(model, "its attention does not go through transformers' AttentionInterface"))
+
+
+def output_projection(model: PreTrainedModel, module: nn.Module) -> torch.Tensor:
+    """W_O (D, H_q * d_v) of an attention module: query head h owns columns [h d_v, (h + 1) d_v)."""
+    for name in OUTPUT_NAMES:
+        linear = getattr(module, name, None)
+        if isinstance(linear, nn.Linear):
+            return linear.weight
+    raise NotImplementedError(
+        _refusal(model, f"{type(module).__name__} has no output projection named one of {', '.join(OUTPUT_NAMES)}")
+    )
+
+
+class LayerScorer:
+    """Oracle state across the forwards of one prompt. During the user-turn prefill (`scored` None) it keeps the
+    attention inputs at `keep_positions` (and with `keep_kv` the keys and values the attention received
+    there); during a repeat forward it scores the context positions `scored` by the last `n_repeat` queries."""
+
+    def __init__(self, model: PreTrainedModel, context: slice, query_chunk: int, keep_positions, keep_kv: bool):
+        self.modules = attention_modules(model)
+        self.index = {module: i for i, module in enumerate(self.modules)}
+        self.w_o = [output_projection(model, m) for m in self.modules]
+        self.query_chunk, self.keep_positions, self.keep_kv = query_chunk, keep_positions, keep_kv
+        self.context_start, self.n_ctx = context.start, context.stop - context.start
+        self.scored: slice | None = None
+        self.n_repeat = 0
+        self.inputs: dict[int, torch.Tensor] = {}  # layer -> (n, D) attention input of the current forward
+        self.kvzip: dict[int, torch.Tensor] = {}  # layer -> (H_kv, C)
+        self.plus_log: dict[int, torch.Tensor] = {}
+        self.hidden: dict[int, torch.Tensor] = {}
+        self.kv: dict[int, torch.Tensor] = {}
+
+    def keep_input(self, module: nn.Module, args, kwargs) -> None:
+        """Forward pre-hook: the attention input h (batch of one)."""
+        h = kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]
+        layer = self.index[module]
+        self.inputs[layer] = h[0]
+        if self.scored is None and self.keep_positions is not None:
+            self.hidden[layer] = h[0, self.context_start + self.keep_positions.to(h.device)].cpu()
+
+    def observe(self, module: nn.Module, query, key, value, scaling: float, softcap, sinks) -> None:
+        """query (1, H_q, n, d), key/value (1, H_kv, T, d) as the module's attention receives them."""
+        layer = self.index[module]
+        if self.scored is None:
+            if self.keep_kv:  # the cache as the model wrote it: RoPE'd (and normed) keys, in its dtype
+                rows = self.context_start + self.keep_positions.to(key.device)
+                self.kv[layer] = torch.cat([key[0, :, rows], value[0, :, rows]], dim=-1).cpu()
+            return
+        kvzip, plus = self._score(layer, query[0], key[0], value[0], scaling, softcap, sinks)
+        for table, scores in ((self.kvzip, kvzip), (self.plus_log, plus.log())):
+            if layer not in table:
+                table[layer] = torch.zeros(scores.shape[0], self.n_ctx)
+            local = slice(self.scored.start - self.context_start, self.scored.stop - self.context_start)
+            table[layer][:, local] = scores.cpu()
+
+    def _value_norms(self, layer: int, values: torch.Tensor, group: int) -> torch.Tensor:
+        """values (H_kv, C, d) -> (H_kv, g, C) = ||W_O^h v_i||, streamed over tokens to bound the (.., D) terms."""
+        n_kv, _, d = values.shape
+        w_o = self.w_o[layer].float()
+        if w_o.shape[1] != n_kv * group * d:
+            raise NotImplementedError(
+                f"The output projection of layer {layer} takes {w_o.shape[1]} inputs, not heads x value dim "
+                f"({n_kv * group} x {d}): the oracle cannot split it per query head."
+            )
+        w_o = w_o.view(-1, n_kv, group, d)  # (D, H_kv, g, d): query head q = k*g + i
+        step = self.query_chunk
+        return torch.cat(
+            [
+                torch.einsum("kcd,ekgd->kgce", values[:, s : s + step], w_o).norm(dim=-1)
+                for s in range(0, values.shape[1], step)
+            ],
+            dim=-1,
+        )
+
+    def _score(self, layer, query, key, value, scaling, softcap, sinks) -> tuple[torch.Tensor, torch.Tensor]:
+        """(H_kv, C_k) KVzip and KVzip+ maxima of the scored context positions over the repeated queries."""
+        n_q, n, d = query.shape
+        n_kv, n_seq, _ = key.shape
+        group = n_q // n_kv
+        keys = key.float()
+        out_norm = self._value_norms(layer, value[:, self.scored].float(), group)  # (H_kv, g, C_k)
+        h = self.inputs[layer]
+        key_pos = torch.arange(n_seq, device=key.device)
+        sink = None if sinks is None else sinks.float().view(n_kv, group, 1, 1)
+        kvzip = torch.zeros_like(out_norm)
+        plus = torch.zeros_like(out_norm)
+        for start in range(n - self.n_repeat, n, self.query_chunk):
+            rows = slice(start, min(start + self.query_chunk, n))
+            q = query[:, rows].float().view(n_kv, group, -1, d)  # (H_kv, g, c, d)
+            logits = q @ keys[:, None].transpose(-1, -2) * scaling  # (H_kv, g, c, T)
+            if softcap:
+                logits = torch.tanh(logits / softcap) * softcap
+            future = key_pos[None, :] > key_pos[n_seq - n + rows.start : n_seq - n + rows.stop, None]  # (c, T)
+            logits = logits.masked_fill_(future, float("-inf"))
+            if sink is None:
+                attn = logits.softmax(dim=-1)
+            else:  # the sink takes its share of the softmax and is not a key
+                attn = torch.cat([logits, sink.expand(*logits.shape[:-1], 1)], dim=-1).softmax(dim=-1)[..., :-1]
+            attn = attn[..., self.scored]  # (H_kv, g, c, C_k)
+            kvzip = torch.maximum(kvzip, attn.amax(dim=2))
+            h_norm = h[rows].float().norm(dim=-1)  # (c,)
+            plus = torch.maximum(plus, (attn / h_norm[:, None]).amax(dim=2))
+        plus = plus * out_norm  # max_j commutes with the j-independent positive factor ||W_O v_i||
+        return kvzip.amax(dim=1), plus.amax(dim=1)
+
+
+def _inner(module: nn.Module, implementation: str):
+    """The attention function `implementation` names for this module (eager is each family's own function)."""
+    if implementation == "eager":
+        return sys.modules[type(module).__module__].eager_attention_forward
+    return ALL_ATTENTION_FUNCTIONS[implementation]
+
+
+def _oracle_attention(implementation: str):
+    def attention(module, query, key, value, attention_mask, scaling=None, **kwargs):
+        """Score (when an oracle is active), then compute the output as `implementation` does."""
+        scorer = _ACTIVE.get()
+        if scorer is not None and module in scorer.index:
+            scale = query.shape[-1] ** -0.5 if scaling is None else scaling
+            scorer.observe(module, query, key, value, scale, kwargs.get("softcap"), kwargs.get("s_aux"))
+        return _inner(module, implementation)(module, query, key, value, attention_mask, scaling=scaling, **kwargs)
+
+    return attention
+
+
+def _register(implementation: str) -> str:
+    """Register (once) the oracle attention that computes its output with `implementation`, and its masks."""
+    name = PREFIX + implementation
+    if name not in ALL_ATTENTION_FUNCTIONS:
+        AttentionInterface.register(name, _oracle_attention(implementation))
+        if implementation in ALL_MASK_ATTENTION_FUNCTIONS:  # else transformers builds no mask for either
+            AttentionMaskInterface.register(name, ALL_MASK_ATTENTION_FUNCTIONS[implementation])
+    return name
+
+
+@contextmanager
+def scoring(model: PreTrainedModel, scorer: LayerScorer) -> Iterator[None]:
+    """While active, every forward of `model` feeds `scorer`; the attention implementation is restored after."""
+    original = model.config._attn_implementation
+    name = _register(original)
+    hooks = [m.register_forward_pre_hook(scorer.keep_input, with_kwargs=True) for m in scorer.modules]
+    token = _ACTIVE.set(scorer)
+    try:
+        model.set_attn_implementation(name)
+        if model.config._attn_implementation != name:
+            raise NotImplementedError(_refusal(model, "its attention implementation cannot be switched"))
+        yield
+    finally:
+        _ACTIVE.reset(token)
+        for hook in hooks:
+            hook.remove()
+        if model.config._attn_implementation != original:
+            model.set_attn_implementation(original)
