@@ -177,6 +177,16 @@ def repeat_chunks(
     return chunks
 
 
+def _sliding_window(config) -> int | None:
+    """The window of the config's sliding layers; None when no layer slides (Qwen2-MoE stores 0 for "off",
+    Qwen2 None, and hybrids list their layers' types)."""
+    window = getattr(config, "sliding_window", None)
+    layer_types = getattr(config, "layer_types", None)
+    if not window or (layer_types and "sliding_attention" not in layer_types):
+        return None
+    return window
+
+
 @torch.no_grad()
 def oracle_scores(
     model: PreTrainedModel,
@@ -195,7 +205,7 @@ def oracle_scores(
     check_family(model)
     ids, ctx = prompt.input_ids, prompt.context
     chunks = repeat_chunks(prompt, chunk_tokens)
-    window = getattr(model.config, "sliding_window", None)
+    window = _sliding_window(model.config)
     if window is not None and ctx.stop + max(len(c) for c, _, _ in chunks) > window:
         raise ValueError(
             f"Sliding-window attention ({window} tokens) is shorter than the repeat prompt: "

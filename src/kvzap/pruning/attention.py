@@ -21,6 +21,12 @@ NAME = "kvzap"
 def kvzap_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
     """query (B, Hq, T, D); key/value dense (B, H, L, D) or a JudgedLayer -> ((B, T, Hq, D), None)."""
     if isinstance(key, JudgedLayer):
+        for name, what in (("softcap", "soft-capped logits"), ("s_aux", "attention sinks")):
+            if kwargs.get(name) is not None:
+                raise NotImplementedError(
+                    f"{type(module).__name__} uses {what}, which attention over a pruned cache does not apply: "
+                    "KVzap pruning does not support this model family yet."
+                )
         scaling = query.shape[-1] ** -0.5 if scaling is None else scaling
         return key.attend(query, attention_mask, scaling), None
     if attention_mask is not None and attention_mask.shape[-1] > key.shape[-2]:

@@ -1,0 +1,264 @@
+"""The family matrix: tiny random decoders built from transformers 5.2 configs, each checked end to end.
+
+For every family: the oracle against an eager computation written here from the model's own attention weights
+(output_attentions), cached values, output projection and attention inputs; KVzapPress at tau = -inf equal to
+the plain model; eviction equal to masking in greedy `generate`. Families out of reach get an asserted refusal.
+README's "Model families" table is this file's outcome.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from kvpress.presses.knorm_press import KnormPress
+from transformers import AutoConfig, AutoModelForCausalLM, DynamicCache
+
+from kvzap.oracle.scores import build_repeat_prompt, oracle_scores
+from kvzap.pruning import KVzapPress
+from tiny_models import TEXT, tiny_tokenizer
+
+COMMON = dict(
+    hidden_size=128,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=32,
+    max_position_embeddings=4096,
+    eos_token_id=2,
+    pad_token_id=3,
+    bos_token_id=None,
+    tie_word_embeddings=False,
+)
+MOE = dict(num_experts=4, num_local_experts=4, num_experts_per_tok=2, moe_intermediate_size=64)
+WIDE_WINDOW = dict(sliding_window=4096)  # longer than every prompt here: sliding layers see everything
+
+# model_type -> config overrides; every family here runs the oracle and, where its cache allows, the presses
+FAMILIES = {
+    "llama": {},
+    "mistral": dict(sliding_window=None),  # as Mistral-7B v0.2+ ship; v0.1's 4096 window would be a sliding cache
+    "qwen2": {},
+    "qwen3": {},
+    "qwen3_moe": MOE,
+    "qwen2_moe": dict(MOE, shared_expert_intermediate_size=64),
+    "mixtral": MOE,
+    "olmoe": MOE,
+    "granitemoe": MOE,
+    "phi3": {},
+    "olmo": {},
+    "olmo2": {},
+    "gemma": {},
+    "gemma2": WIDE_WINDOW,
+    "gemma3_text": dict(WIDE_WINDOW, query_pre_attn_scalar=32),
+    "cohere": {},
+    "cohere2": WIDE_WINDOW,
+    "granite": dict(attention_multiplier=0.1),
+    "stablelm": {},
+    "phi": {},
+    "starcoder2": {},
+    "gpt_neox": dict(num_key_value_heads=4),
+    "helium": {},
+    "glm": {},
+    "glm4": {},
+    "smollm3": {},
+    "arcee": {},
+    "seed_oss": {},
+    "ernie4_5": {},
+    "exaone4": WIDE_WINDOW,
+    "gpt_oss": dict(MOE, **WIDE_WINDOW),
+    "apertus": {},
+    "hunyuan_v1_dense": {},
+    "granitemoeshared": dict(MOE, shared_intermediate_size=64),
+    "dots1": dict(MOE, n_routed_experts=4, n_shared_experts=1, first_k_dense_replace=1),
+    "olmo3": WIDE_WINDOW,
+    "ministral": WIDE_WINDOW,
+}
+EAGER_ONLY = {"gpt_oss"}  # no sdpa (attention sinks)
+# Hybrid caches: sliding-window layers get a DynamicSlidingWindowLayer, which KVzapPress refuses (for now).
+SLIDING_CACHE = {"gemma2", "gemma3_text", "cohere2", "exaone4", "gpt_oss", "olmo3", "ministral"}
+# kvpress (and so the presses) hook model.model.layers[i].self_attn; GPT-NeoX has gpt_neox.layers[i].attention.
+NOT_KVPRESS_LAYOUT = {"gpt_neox"}
+
+
+def build(model_type: str, vocab_size: int, **overrides):
+    config = AutoConfig.for_model(model_type, vocab_size=vocab_size, **{**COMMON, **FAMILIES.get(model_type, {})})
+    for key, value in overrides.items():
+        setattr(config, key, value)
+    config._attn_implementation = "eager" if model_type in EAGER_ONLY else "sdpa"
+    torch.manual_seed(0)
+    return AutoModelForCausalLM.from_config(config).float().eval().requires_grad_(False)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny models: one intra-op thread is faster, and immune to a starved second thread's spin-waits on a
+    shared machine (which slowed some families 20x)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return tiny_tokenizer()
+
+
+def _output_weight(attention) -> torch.Tensor:
+    return next(getattr(attention, n).weight for n in ("o_proj", "dense", "out_proj") if hasattr(attention, n))
+
+
+def eager_log_kvzip_plus(model, prompt) -> tuple[torch.Tensor, torch.Tensor]:
+    """(L, H_kv, C) log KVzip+ from eager attention weights of the full repeat prompt, cached values, W_O and
+    hooked attention inputs: max over repeated queries of a_ji ||W_O^h v_i|| / ||h_j||, then over the group;
+    and the (L, T, D) attention inputs."""
+    model.set_attn_implementation("eager")
+    layers = model.base_model.layers
+    attentions = [getattr(layer, "self_attn", None) or layer.attention for layer in layers]
+    inputs = {}
+
+    def keep(i):
+        def hook(module, args, kwargs):
+            inputs[i] = (kwargs["hidden_states"] if "hidden_states" in kwargs else args[0])[0]
+
+        return hook
+
+    hooks = [a.register_forward_pre_hook(keep(i), with_kwargs=True) for i, a in enumerate(attentions)]
+    cache = DynamicCache()
+    out = model(prompt.input_ids[:, : prompt.repeat.stop], past_key_values=cache, output_attentions=True)
+    for hook in hooks:
+        hook.remove()
+    ctx, rep = prompt.context, prompt.repeat
+    result = []
+    for i, attention in enumerate(attentions):
+        weights = out.attentions[i][0][:, rep, ctx]  # (Hq, R, C)
+        values = cache.layers[i].values[0, :, ctx]  # (Hkv, C, dv)
+        n_q, n_kv, dv = weights.shape[0], values.shape[0], values.shape[-1]
+        w_o = _output_weight(attention)
+        v_out = torch.stack([values[h * n_kv // n_q] @ w_o[:, h * dv : (h + 1) * dv].T for h in range(n_q)])
+        plus = weights * v_out.norm(dim=-1)[:, None, :] / inputs[i][rep].norm(dim=-1)[None, :, None]
+        result.append(plus.amax(dim=1).view(n_kv, n_q // n_kv, -1).amax(dim=1).log())
+    return torch.stack(result), torch.stack([inputs[i] for i in range(len(attentions))])
+
+
+@pytest.mark.parametrize("model_type", sorted(FAMILIES))
+def test_oracle_matches_eager_attention(model_type, tok):
+    model = build(model_type, len(tok))
+    prompt = build_repeat_prompt(tok, TEXT[:200])
+    keep = torch.tensor([0, 5, 9])
+    ours = oracle_scores(model, prompt, keep_positions=keep, query_chunk=16, keep_kv=True)
+    reference, inputs = eager_log_kvzip_plus(model, prompt)
+    error = (ours.kvzip_plus_log - reference).abs().max().item()
+    # what surrogate training reads: attention inputs at the kept positions, (L, H_kv, C) targets
+    torch.testing.assert_close(ours.hidden, inputs[:, prompt.context][:, keep])
+    assert ours.kv.shape[:3] == (*reference.shape[:2], len(keep))
+    print(f"{model_type}: max |log KVzip+ - eager| = {error:.1e}")
+    assert error <= 1e-3
+
+
+def _threshold(model, ids) -> float:
+    """Minus the median key norm: a KnormPress threshold that removes about half of the judged entries."""
+    cache = DynamicCache()
+    model(ids, past_key_values=cache)
+    return -torch.cat([layer.keys.norm(dim=-1).flatten() for layer in cache.layers]).median().item()
+
+
+def _generate(model, ids, press=None) -> torch.Tensor:
+    def run():
+        return model.generate(ids, max_new_tokens=6, do_sample=False, pad_token_id=3)[0, ids.shape[1] :]
+
+    if press is None:
+        return run()
+    with press(model):
+        return run()
+
+
+PRUNED = sorted(set(FAMILIES) - SLIDING_CACHE - NOT_KVPRESS_LAYOUT)
+
+
+@pytest.mark.parametrize("model_type", PRUNED)
+def test_pruning_nothing_and_eviction_equal_masking(model_type, tok):
+    model = build(model_type, len(tok))
+    ids = tok(TEXT[:300], return_tensors="pt").input_ids
+    plain_logits = model(ids).logits
+    with KVzapPress(KnormPress(), threshold=-math.inf, window=8)(model):
+        kept_logits = model(ids, past_key_values=DynamicCache()).logits
+    torch.testing.assert_close(kept_logits, plain_logits, atol=1e-5, rtol=1e-5)
+    assert torch.equal(
+        _generate(model, ids, KVzapPress(KnormPress(), threshold=-math.inf, window=8)), _generate(model, ids)
+    )
+
+    tau = _threshold(model, ids)
+    press = lambda evict: KVzapPress(KnormPress(), threshold=tau, window=8, decoding=True, evict=evict)  # noqa: E731
+    evicted = press(True)
+    assert torch.equal(_generate(model, ids, evicted), _generate(model, ids, press(False)))
+    assert 0.2 < evicted.compression_ratio < 0.8
+
+
+@pytest.mark.parametrize("model_type", sorted(SLIDING_CACHE))
+def test_pruning_a_sliding_window_cache_is_refused(model_type, tok):
+    model = build(model_type, len(tok))
+    ids = tok(TEXT[:100], return_tensors="pt").input_ids
+    with pytest.raises(TypeError, match="full-attention layers, not DynamicSlidingWindowLayer"):
+        with KVzapPress(KnormPress(), threshold=0.0)(model):
+            model(ids)
+
+
+def test_pruned_attention_refuses_soft_capping(tok):
+    """Gemma 2 with only full-attention layers reaches a pruned cache, whose attention has no soft-cap."""
+    model = build("gemma2", len(tok), layer_types=["full_attention"] * 2)
+    ids = tok(TEXT[:100], return_tensors="pt").input_ids
+    with pytest.raises(NotImplementedError, match="Gemma2Attention uses soft-capped logits"):
+        _generate(model, ids, KVzapPress(KnormPress(), threshold=0.0, window=8))
+
+
+def test_a_window_shorter_than_the_prompt_is_refused(tok):
+    model = build("gemma3_text", len(tok), sliding_window=16)
+    with pytest.raises(ValueError, match=r"Sliding-window attention \(16 tokens\) is shorter than the repeat prompt"):
+        oracle_scores(model, build_repeat_prompt(tok, TEXT[:200]))
+
+
+REFUSED = {
+    "deepseek_v3": (
+        dict(
+            kv_lora_rank=32,
+            q_lora_rank=None,
+            qk_rope_head_dim=16,
+            qk_nope_head_dim=16,
+            v_head_dim=32,
+            n_routed_experts=4,
+            n_shared_experts=1,
+            first_k_dense_replace=2,
+        ),
+        "compressed latent KV",
+    ),
+    "jamba": (
+        dict(MOE, attn_layer_period=2, attn_layer_offset=1, expert_layer_period=2, mamba_d_state=8),
+        "state-space or linear-attention layers",
+    ),
+    "bamba": (dict(mamba_d_state=8, mamba_n_heads=8, mamba_d_head=32), "state-space or linear-attention layers"),
+    "falcon_h1": (
+        dict(mamba_d_state=8, mamba_n_heads=8, mamba_d_head=32, mamba_d_ssm=256),
+        "state-space or linear-attention layers",
+    ),
+    "minimax": (dict(MOE), "linear_attention keep a recurrent state"),
+    "qwen3_next": (
+        dict(MOE, linear_num_key_heads=2, linear_num_value_heads=4),
+        "linear_attention keep a recurrent state",
+    ),
+}
+
+
+@pytest.mark.parametrize("model_type", sorted(REFUSED))
+def test_families_out_of_reach_are_refused_before_any_forward(model_type, tok):
+    overrides, reason = REFUSED[model_type]
+    config = AutoConfig.for_model(model_type, vocab_size=len(tok), **{**COMMON, **overrides})
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config).eval()
+    forwards = []
+    model.register_forward_pre_hook(lambda *a: forwards.append(1))
+    with pytest.raises(NotImplementedError, match=f"cannot score {model_type} models: .*{reason}"):
+        oracle_scores(model, build_repeat_prompt(tok, TEXT[:100]))
+    assert not forwards
