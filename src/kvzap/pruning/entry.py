@@ -19,8 +19,9 @@ from transformers import PreTrainedModel
 from kvzap.pruning.chunked import base_model
 
 
-def attention_modules(model: PreTrainedModel) -> list:
-    """The attention module of each decoder layer, as kvpress hooks them."""
+def press_hooked_modules(model: PreTrainedModel) -> list:
+    """The attention module of each decoder layer that kvpress hooks (`self_attn`); the oracle finds its modules
+    generically (kvzap.oracle.attention.attention_modules)."""
     return [layer.self_attn for layer in base_model(model).layers]
 
 
@@ -55,7 +56,7 @@ def check_model(press: BasePress, model) -> None:
         raise ValueError(f"{name}: the model's weights are on the meta device (not loaded): load them first.")
     if not dtype.is_floating_point:
         raise TypeError(f"{name}: the model's weights are {dtype}; presses run float16, bfloat16 or float32 models.")
-    others = active_presses(attention_modules(model))
+    others = active_presses(press_hooked_modules(model))
     if others:
         raise RuntimeError(
             f"{type(others[0]).__name__} is already active on this model: presses do not nest, so leave its "
@@ -83,12 +84,12 @@ class ModelState:
 
     @classmethod
     def of(cls, model: PreTrainedModel) -> ModelState:
-        modules = attention_modules(model)
+        modules = press_hooked_modules(model)
         return cls(model.config._attn_implementation, ["rotary_emb" in m._modules for m in modules])
 
     def restore(self, model: PreTrainedModel, keep_attention: bool) -> None:
         """Undo kvpress's rotary_emb attributes, and the attention implementation unless `keep_attention`."""
-        for module, had in zip(attention_modules(model), self.had_rotary):
+        for module, had in zip(press_hooked_modules(model), self.had_rotary):
             if not had and "rotary_emb" in module._modules:
                 del module.rotary_emb
         if not keep_attention and model.config._attn_implementation != self.attention:
