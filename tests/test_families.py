@@ -17,21 +17,9 @@ from transformers import AutoConfig, AutoModelForCausalLM, DynamicCache
 
 from kvzap.oracle.scores import build_repeat_prompt, oracle_scores
 from kvzap.pruning import KVzapPress
-from tiny_models import TEXT, tiny_tokenizer
+from tiny_models import TEXT, TINY_SIZES, tiny_tokenizer
 
-COMMON = dict(
-    hidden_size=128,
-    intermediate_size=128,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    head_dim=32,
-    max_position_embeddings=4096,
-    eos_token_id=2,
-    pad_token_id=3,
-    bos_token_id=None,
-    tie_word_embeddings=False,
-)
+COMMON = {**TINY_SIZES, "hidden_size": 128, "head_dim": 32}  # wider heads than tiny_config's default
 MOE = dict(num_experts=4, num_local_experts=4, num_experts_per_tok=2, moe_intermediate_size=64)
 WIDE_WINDOW = dict(sliding_window=4096)  # longer than every prompt here: sliding layers see everything
 

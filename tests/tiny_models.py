@@ -34,22 +34,24 @@ def tiny_tokenizer(vocab_size: int = 400) -> PreTrainedTokenizerFast:
     return fast
 
 
+# The sizes of every tiny test model (GQA with 2 KV heads, untied embeddings); tests override what they need.
+TINY_SIZES = dict(
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    max_position_embeddings=4096,
+    eos_token_id=2,
+    pad_token_id=3,
+    bos_token_id=None,
+    tie_word_embeddings=False,
+)
+
+
 def tiny_config(family: str, vocab_size: int, **overrides):
-    common = dict(
-        vocab_size=vocab_size,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=16,
-        max_position_embeddings=4096,
-        eos_token_id=2,
-        pad_token_id=3,
-        bos_token_id=None,
-        tie_word_embeddings=False,
-    )
-    common.update(overrides)
+    common = {**TINY_SIZES, "vocab_size": vocab_size, **overrides}
     return LlamaConfig(**common) if family == "llama" else Qwen3Config(**common)
 
 
