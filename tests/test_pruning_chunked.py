@@ -51,10 +51,15 @@ def test_eviction_equals_masking(model, surrogate):
     assert (_prefill(model, whole, ids)[:, -1] - logits[0][:, -1]).abs().max() > 1e-3  # chunks saw a pruned cache
 
 
+def _chunk_ends(length: int, chunk: int) -> list[int]:
+    """Chunks counted from the prompt's end: the first is the short one."""
+    return list(range(length % chunk or chunk, length + 1, chunk))
+
+
 def _release(length: int, chunk: int, window: int) -> torch.Tensor:
     """(T,) first query position that no longer sees token j if it is dropped: the end of the first chunk after
     which j has left the window (length: no later query, or never judged)."""
-    ends = torch.tensor([min(e, length) for e in range(chunk, length + chunk, chunk)])
+    ends = torch.tensor(_chunk_ends(length, chunk))
     release = torch.full((length,), length)
     for end in ends.flip(0):
         release[: max(end - window, 0)] = end
@@ -62,7 +67,7 @@ def _release(length: int, chunk: int, window: int) -> torch.Tensor:
 
 
 def test_release_positions():
-    assert _release(10, 4, 2).tolist() == [4, 4, 8, 8, 8, 8, 10, 10, 10, 10]
+    assert _release(10, 4, 2).tolist() == [6, 6, 6, 6, 10, 10, 10, 10, 10, 10]
 
 
 def test_equals_an_explicit_mask_reference():
@@ -100,7 +105,8 @@ def _by_hand(model, surrogate, ids, chunk, **options):
     press = KVzapPress(_scorer(surrogate), threshold=0.0, window=WINDOW, decoding=True, **options)
     cache = DynamicCache()
     with press(model):
-        logits = [model(ids[:, i : i + chunk], past_key_values=cache).logits for i in range(0, ids.shape[1], chunk)]
+        ends = _chunk_ends(ids.shape[1], chunk)
+        logits = [model(ids[:, max(end - chunk, 0) : end], past_key_values=cache).logits for end in ends]
     return torch.cat(logits, 1), cache, press
 
 
@@ -146,7 +152,7 @@ def test_topk_press_keeps_its_share_of_each_chunk(surrogate):
     model, cache = _model("llama"), DynamicCache()
     with press(model):
         model(_tokens(166, seed=9), past_key_values=cache)
-    assert cache.layers[0].length.tolist() == [17 + 25 + 25 + 8] * 2  # chunks of 50, 50, 50, 16 leave 34, 50, 50, 16
+    assert cache.layers[0].length.tolist() == [25 * 3] * 2  # chunks of 16, 50, 50, 50 leave 0, 50, 50, 50
 
 
 @pytest.mark.parametrize("chunk", [0, -8, True, 2.5, "64"])
@@ -155,14 +161,16 @@ def test_bad_chunk_is_refused(surrogate, chunk):
         KVzapPress(_scorer(surrogate), threshold=0.0, prefill_chunk=chunk)
 
 
-def test_padding_and_extra_outputs_are_refused_and_the_forward_restored(surrogate):
+def test_right_padding_and_extra_outputs_are_refused_and_the_forward_restored(surrogate):
     model, ids = _model("llama"), _tokens(80, seed=10)
     press = KVzapPress(_scorer(surrogate), threshold=0.0, window=WINDOW, prefill_chunk=32)
     mask = torch.ones_like(ids)
-    mask[:, :3] = 0
+    mask[:, -3:] = 0
     with press(model):
-        with pytest.raises(NotImplementedError, match="Padded batches"):
+        with pytest.raises(NotImplementedError, match="Chunked prefill takes left-padded batches only"):
             model(ids, attention_mask=mask, past_key_values=DynamicCache())
+        with pytest.raises(ValueError, match="all padding"):
+            model(ids, attention_mask=torch.zeros_like(ids), past_key_values=DynamicCache())
         with pytest.raises(NotImplementedError, match="output_hidden_states"):
             model(ids, past_key_values=DynamicCache(), output_hidden_states=True)
         short = model(ids[:, :32], past_key_values=DynamicCache()).logits  # one chunk: an ordinary forward

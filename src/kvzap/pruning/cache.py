@@ -7,6 +7,10 @@ a press judges the oldest window tokens once and the layer stores the verdict:
 - `MaskedLayer` (the kvpress way, our reference): everything stays dense and dropped tokens are masked.
 Both attend exactly (every query head of a GQA group sees its kv-head's row) through `attend`, which the
 "kvzap" attention function calls; `get_seq_length` is the unpruned length, so RoPE positions continue from it.
+
+Padded batches: row b's first `pads[b]` positions are padding (left padding; a right-padded prefill is moved
+into that layout, `left_layout`). Padding is hidden from every query, dropped when it leaves the window, never
+stored in the packed buffer and never counted: ratios are over each row's own tokens (`real_lengths`).
 """
 
 from __future__ import annotations
@@ -46,7 +50,7 @@ class JudgedLayer(CacheLayerMixin):
 
     is_sliding = False
 
-    def __init__(self, window_keys: torch.Tensor, window_values: torch.Tensor):
+    def __init__(self, window_keys: torch.Tensor, window_values: torch.Tensor, pads: list[int] | None = None):
         # No super().__init__(): `keys`/`values` are the truncation views below, not dense tensors.
         batch, heads, length, _ = window_keys.shape
         window_keys, window_values = window_keys.detach(), window_values.detach()  # cache state, not a graph
@@ -56,6 +60,39 @@ class JudgedLayer(CacheLayerMixin):
         # (B, H, window or seen, D) and (B, H, window): appended every step, consumed from the front
         self._keys, self._values = SlidingBuffer(window_keys, -2), SlidingBuffer(window_values, -2)
         self._scores = SlidingBuffer(torch.full((batch, heads, length), math.inf, device=self.device), -1)
+        self._set_pads([0] * batch if pads is None else list(pads))
+
+    def _set_pads(self, pads: list[int]) -> None:
+        """Padding per row, as a host list (read per step without a device sync) and a (B,) tensor."""
+        self.pads = pads
+        self.pad_counts = torch.tensor(pads, device=self.device)
+
+    @property
+    def real_lengths(self) -> torch.Tensor:
+        """(B, 1) tokens of each row, padding excluded: the denominator of its ratios."""
+        return (self.seen - self.pad_counts.clamp(max=self.seen)).view(-1, 1)
+
+    def window_pads(self) -> list[int]:
+        """Padding entries at the front of each row's window."""
+        first = self.seen - self.window_len
+        return [min(max(p - first, 0), self.window_len) for p in self.pads]
+
+    def note_padding(self, attention_mask: torch.Tensor | None) -> None:
+        """After a forward, take the padding among its new tokens from its (B, 1, T, seen) mask: a row may
+        only gain padding while it holds nothing else (a chunked prefill of a left-padded batch)."""
+        if attention_mask is None:
+            return
+        pads = hidden_counts(attention_mask).tolist()
+        seen_before = self.seen - attention_mask.shape[-2]
+        for row, (old, new) in enumerate(zip(self.pads, pads)):
+            if new != old and not (new > old and old >= seen_before):
+                raise NotImplementedError(f"{MASK_ERROR} (row {row} hides {new} tokens, {old} of them padding)")
+        if pads != self.pads:
+            self._mark_padding(self.pads, pads)
+            self._set_pads(pads)
+
+    def _mark_padding(self, old: list[int], new: list[int]) -> None:
+        """Layers that mask in place (MaskedLayer) record newly arrived padding."""
 
     @property
     def dense_keys(self) -> torch.Tensor:
@@ -141,16 +178,32 @@ class JudgedLayer(CacheLayerMixin):
         batch, q_heads, length, dim = query.shape
         heads = self.scores.shape[1]
         group = q_heads // heads
-        new_mask = _new_token_mask(attention_mask, self.seen, length, group, query.device)
+        if attention_mask is not None:
+            self._check_past(attention_mask, length)
+        new_mask = _new_token_mask(attention_mask, self.seen, length, query.device)
+        window_pads = self.window_pads()
+        padded = any(window_pads)
+        if padded:  # padding still in the window: a mask over the whole window, served by the row loop
+            new_mask = _window_mask(new_mask, window_pads, self.window_len, length, query.device)
+        if new_mask is not None:
+            new_mask = new_mask.repeat(1, 1, group, 1)  # (B|1, 1, G*T, m): the queries of a row's heads together
 
         def attend(query):
             q = query.reshape(batch, heads, group * length, dim)  # (B, H, G*T, D): a row's queries together
-            out = self._attend(q, new_mask, scaling)
+            out = self._attend(q, new_mask, scaling, padded)
             return out.view(batch, heads, group, length, dim).reshape(batch, q_heads, length, dim).transpose(1, 2)
 
         if query.requires_grad and torch.is_grad_enabled():
             return _WithoutBackward.apply(query, attend)
         return attend(query)
+
+    def _check_past(self, attention_mask: torch.Tensor, length: int) -> None:
+        """The mask may hide earlier tokens only where they are padding: judged entries are gone or packed."""
+        hidden = hidden_counts(attention_mask[..., : self.seen - length])
+        if not torch.equal(hidden, self.pad_counts.clamp(max=self.seen - length).to(hidden.device)):
+            raise NotImplementedError(
+                f"{MASK_ERROR} (it hides {hidden.tolist()} earlier tokens per row, the padding is {self.pads})"
+            )
 
     def newest(self, length: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Keys and values (B, H, length, D) of the newest tokens, for scorers that read them."""
@@ -170,7 +223,11 @@ class JudgedLayer(CacheLayerMixin):
         raise NotImplementedError
 
     def compression(self) -> torch.Tensor:
-        return removed_fraction(self.removed, self.seen)
+        return removed_fraction(self.removed, self.real_lengths)
+
+    def padding_judged(self) -> torch.Tensor:
+        """(B, 1) padding entries among the judged (no longer in the window) ones."""
+        return self.pad_counts.clamp(max=self.seen - self.window_len).view(-1, 1)
 
 
 class _WithoutBackward(torch.autograd.Function):
@@ -190,12 +247,15 @@ class _WithoutBackward(torch.autograd.Function):
         )
 
 
-def removed_fraction(removed: torch.Tensor, seen: int) -> torch.Tensor:
-    """Fraction removed per (batch, kv-head), over the unpruned length (kvpress DMSPress's denominator)."""
-    return removed.double() / seen
+def removed_fraction(removed: torch.Tensor, lengths) -> torch.Tensor:
+    """Fraction removed per (batch, kv-head), over each row's unpruned length (kvpress DMSPress's denominator)."""
+    return removed.double() / lengths
 
 
-PADDING_ERROR = "Padded batches are not supported with a pruned cache: use equal-length prompts."
+MASK_ERROR = (
+    "A pruned cache takes attention masks that hide padding only (left padding, or right padding in a "
+    "prefill), not other tokens"
+)
 
 
 def visible(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -203,31 +263,56 @@ def visible(attention_mask: torch.Tensor) -> torch.Tensor:
     return attention_mask if attention_mask.dtype == torch.bool else attention_mask == 0
 
 
-def refuse_padding(attention_mask: torch.Tensor | None) -> None:
-    """Raise PADDING_ERROR if a prefill's (B, 1, T, T) mask hides any token from its row's last query.
-
-    Under causal full attention the last query sees every real token, so anything hidden is padding
-    (left or right), whose entries would otherwise be cached and counted in the ratios.
-    """
-    if attention_mask is not None and not bool(visible(attention_mask)[..., -1, :].all()):
-        raise NotImplementedError(PADDING_ERROR)
+def hidden_counts(attention_mask: torch.Tensor) -> torch.Tensor:
+    """(B,) tokens a (B, 1, T, L) mask hides from each row's last query: under causal attention, its padding
+    (a padding query itself sees nothing, so a row of padding so far counts whole)."""
+    return (~visible(attention_mask)[:, 0, -1, :]).sum(-1)
 
 
-def _new_token_mask(attention_mask, seen: int, length: int, group: int, device) -> torch.Tensor | None:
-    """(B|1, 1, G*T, T) bool: which new tokens each query may see (None: all); older tokens are visible to all."""
+def prefill_padding(attention_mask: torch.Tensor | None) -> tuple[list[int], bool]:
+    """A prefill's (B, 1, T, T) mask -> (padding per row, whether it is on the right). Hidden tokens must be a
+    prefix of the row (left padding) or a suffix (right padding), the same side for every padded row."""
+    if attention_mask is None:
+        return [], False
+    hidden = ~visible(attention_mask)[:, 0, -1, :]  # (B, T)
+    counts = hidden.sum(-1)
+    if not bool(counts.any()):
+        return [], False
+    columns = torch.arange(hidden.shape[-1], device=hidden.device)
+    for right, pattern in ((False, columns < counts[:, None]), (True, columns >= hidden.shape[-1] - counts[:, None])):
+        if torch.equal(hidden, pattern):
+            return counts.tolist(), right
+    raise NotImplementedError(f"{MASK_ERROR}: its rows hide tokens that are neither a prefix nor a suffix.")
+
+
+def left_layout(x: torch.Tensor, pads: list[int], dim: int) -> torch.Tensor:
+    """Move each row's right padding (along `dim`, batch first) to its front: a right-padded prefill's keys,
+    values and attention inputs in the layout the layers keep."""
+    length = x.shape[dim]
+    index = (torch.arange(length, device=x.device)[None] - torch.tensor(pads, device=x.device)[:, None]) % length
+    shape = [1] * x.dim()
+    shape[0], shape[dim] = x.shape[0], length
+    return x.gather(dim, index.view(shape).expand_as(x))
+
+
+def _new_token_mask(attention_mask, seen: int, length: int, device) -> torch.Tensor | None:
+    """(B|1, 1, T, T) bool: which new tokens each query may see (None: all); older tokens are visible to all."""
     if attention_mask is None and length == 1:
         return None  # one unpadded new token: it sees itself
     if attention_mask is None:
-        block = torch.ones(length, length, dtype=torch.bool, device=device).tril()[None, None]
-    else:
-        # sdpa-style mask over the unpruned positions (B, 1, T, seen): past must be fully visible.
-        attention_mask = visible(attention_mask)
-        if not bool(attention_mask[..., : seen - length].all()):
-            raise NotImplementedError(PADDING_ERROR)
-        block = attention_mask[..., seen - length :]
-        if length == 1 and bool(block.all()):
-            return None  # a decoding step with an all-ones mask (generate passes one): nothing to mask
-    return block.repeat(1, 1, group, 1)
+        return torch.ones(length, length, dtype=torch.bool, device=device).tril()[None, None]
+    block = visible(attention_mask[..., seen - length :])  # sdpa-style mask over the unpruned positions
+    if length == 1 and bool(block.all()):
+        return None  # a decoding step with an all-ones mask (generate passes one): nothing to mask
+    return block
+
+
+def _window_mask(new_mask, window_pads: list[int], window: int, length: int, device) -> torch.Tensor:
+    """(B, 1, T, window) bool: the new tokens' mask, widened to the whole window with each row's padding hidden."""
+    older = torch.arange(window - length, device=device)[None] >= torch.tensor(window_pads, device=device)[:, None]
+    new = torch.ones(1, 1, length, length, dtype=torch.bool, device=device) if new_mask is None else new_mask
+    older = older[:, None, None, :].expand(len(window_pads), 1, length, window - length)
+    return torch.cat([older, new.expand(len(window_pads), 1, length, length)], -1)
 
 
 class PrunedLayer(JudgedLayer):
@@ -239,8 +324,8 @@ class PrunedLayer(JudgedLayer):
     most `score_budget()` scores, so time and transient memory follow the kept entries.
     """
 
-    def __init__(self, keys: torch.Tensor, values: torch.Tensor):
-        super().__init__(keys, values)  # the dense part is the window; _settle compacts it
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor, pads: list[int] | None = None):
+        super().__init__(keys, values, pads)  # the dense part is the window; _settle compacts it
         batch, heads, _, dim = keys.shape
         n_rows, self.removed_shape = batch * heads, (batch, heads)
         self.packed_keys, self.packed_values = keys.new_empty(0, dim), values.new_empty(0, dim)  # (slots, D)
@@ -314,8 +399,8 @@ class PrunedLayer(JudgedLayer):
 
     @property
     def removed(self) -> torch.Tensor:
-        judged = self.seen - self.window_len  # the same for every row
-        return judged - self.length.view(self.removed_shape)
+        judged = self.seen - self.window_len  # the same for every row, padding included
+        return judged - self.padding_judged() - self.length.view(self.removed_shape)
 
     def score_budget(self) -> int:
         """Elements of one float32 score chunk: a quarter of the kept keys' elements (floor MIN_SCORE_CHUNK),
@@ -325,7 +410,7 @@ class PrunedLayer(JudgedLayer):
     def packed(self) -> Packed:
         return Packed(self.packed_keys, self.packed_values, self.starts, self.lengths, self.capacity, self.length)
 
-    def _attend(self, q, new_mask, scaling):
+    def _attend(self, q, new_mask, scaling, padded):
         batch, heads, queries, dim = q.shape
         rows = batch * heads
         out = segment_attention(
@@ -336,6 +421,7 @@ class PrunedLayer(JudgedLayer):
             new_mask,
             heads,
             self.score_budget(),
+            **({"kernel": "rows"} if padded else {}),
         )
         return out.view(batch, heads, queries, dim)
 
@@ -349,9 +435,14 @@ class PrunedLayer(JudgedLayer):
 class MaskedLayer(JudgedLayer):
     """Reference: dense storage of every token plus a dropped-token mask, applied at attention time."""
 
-    def __init__(self, keys: torch.Tensor, values: torch.Tensor):
-        super().__init__(keys, values)
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor, pads: list[int] | None = None):
         self.dropped = torch.zeros(keys.shape[:3], dtype=torch.bool, device=keys.device)  # (B, H, seen)
+        super().__init__(keys, values, pads)
+        self._mark_padding([0] * keys.shape[0], self.pads)
+
+    def _mark_padding(self, old, new):
+        for row, (a, b) in enumerate(zip(old, new)):
+            self.dropped[row, :, a:b] = True
 
     def _append(self, key_states, value_states):
         super()._append(key_states, value_states)
@@ -367,14 +458,17 @@ class MaskedLayer(JudgedLayer):
 
     @property
     def removed(self) -> torch.Tensor:
-        return self.dropped.sum(-1)
+        return self.dropped.sum(-1) - self.pad_counts.clamp(max=self.seen).view(-1, 1)
 
-    def _attend(self, q, new_mask, scaling):
+    def _attend(self, q, new_mask, scaling, padded):
         scores = (q @ self.dense_keys.transpose(-1, -2)).float() * scaling  # (B, H, G*T, seen)
         scores.masked_fill_(self.dropped[:, :, None, :], -math.inf)
         if new_mask is not None:
             scores[..., self.seen - new_mask.shape[-1] :].masked_fill_(~new_mask, -math.inf)
-        return torch.softmax(scores, dim=-1).to(q.dtype) @ self.dense_values
+        p = torch.softmax(scores, dim=-1)
+        if padded or new_mask is not None:
+            p = p.nan_to_num_(0.0)  # a padding query sees nothing: output 0, as sdpa gives
+        return p.to(q.dtype) @ self.dense_values
 
     @property
     def nbytes(self) -> int:

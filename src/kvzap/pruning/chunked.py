@@ -4,6 +4,8 @@ With a press pruning between chunks, each chunk attends to the cache already pru
 memory is the kept cache plus one chunk's activations, and its attention work follows the kept count. The
 base model's forward is wrapped (for the press's context only); positions continue across chunks and the
 chunks' final hidden states are written into one (B, T, D) output, as the whole-prompt forward returns.
+Chunks are counted from the prompt's end (the first one is the short one), so in a left-padded batch every
+row meets the same chunk boundaries as it would alone.
 """
 
 from __future__ import annotations
@@ -14,8 +16,6 @@ from contextlib import contextmanager
 
 import torch
 from transformers import DynamicCache, PreTrainedModel
-
-from kvzap.pruning.cache import PADDING_ERROR
 
 
 def check_chunk(chunk) -> None:
@@ -75,12 +75,12 @@ def _run_chunks(forward, config, named: dict, length: int, chunk: int):
         if named.get(flag, getattr(config, flag, False)):
             raise NotImplementedError(f"Chunked prefill returns the last hidden states only: {flag} is not supported.")
     mask = named.get("attention_mask")
-    if mask is not None and (mask.dim() != 2 or not bool(mask.all())):
-        raise NotImplementedError(f"{PADDING_ERROR} (chunked prefill takes a 2D mask of ones, or none)")
+    if mask is not None:
+        _check_left_padding(mask)
     positions, cache_positions = named.get("position_ids"), named.get("cache_position")
     hidden = None
-    for begin in range(0, length, chunk):
-        end = min(begin + chunk, length)
+    for end in range(length % chunk or chunk, length + 1, chunk):
+        begin = max(end - chunk, 0)
         part = dict(named)
         for key in ("input_ids", "inputs_embeds"):
             if named.get(key) is not None:
@@ -101,6 +101,19 @@ def _run_chunks(forward, config, named: dict, length: int, chunk: int):
         hidden[:, begin:end] = states
     out.last_hidden_state = hidden
     return out
+
+
+def _check_left_padding(mask: torch.Tensor) -> None:
+    """A (B, T) mask of ones after each row's padding, and at least one token per row."""
+    if mask.dim() != 2:
+        raise NotImplementedError(f"Chunked prefill takes a 2D attention mask (batch, tokens), got {mask.dim()}D.")
+    ones = mask.bool()
+    if not torch.equal(ones, ones.cummax(-1).values):
+        raise NotImplementedError(
+            "Chunked prefill takes left-padded batches only (padding before each row's tokens, as generate uses)."
+        )
+    if not bool(ones[:, -1].all()):
+        raise ValueError("A row of the batch is all padding: give every row a token.")
 
 
 def _tokens(named: dict) -> torch.Tensor | None:

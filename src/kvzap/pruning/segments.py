@@ -48,7 +48,8 @@ def segment_attention(
     """Exact softmax attention of each row's queries over its used slots and its window.
 
     q (R, Q, D), already scaled, R = B * H rows, Q = G * T queries per row (G heads of T tokens, head-major);
-    window_* (R, W, D); new_mask (B|1, 1, Q, T) bool over the T newest window tokens, or None (all visible).
+    window_* (R, W, D); new_mask (B|1, 1, Q, m) bool over the m newest window tokens (the T new ones, or the
+    whole window while it holds padding: then kernel="rows"), or None (all visible).
     Scores are float32, as in the masking reference. kernel: "varlen", "flash" or "rows" (None: the fastest
     that applies). Returns (R, Q, D).
     """
@@ -124,7 +125,10 @@ def _rows(q, packed: Packed, window_keys, window_values, new_mask, heads, budget
             scores = torch.cat([block @ keys.T, block @ window_keys[r].T], -1).float()  # (m, n + W)
             if visible is not None:
                 scores[:, n + window - visible.shape[-1] :].masked_fill_(~visible[q0 : q0 + step], -math.inf)
-            p = torch.softmax(scores, -1).to(q.dtype)
+            p = torch.softmax(scores, -1)
+            if visible is not None:
+                p.nan_to_num_(0.0)  # a padding query sees nothing: output 0, as sdpa gives
+            p = p.to(q.dtype)
             torch.addmm(p[:, n:] @ window_values[r], p[:, :n], values, out=out[r, q0 : q0 + step])  # a contiguous block
     return out
 

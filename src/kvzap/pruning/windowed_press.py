@@ -20,7 +20,7 @@ from torch import nn
 from transformers.cache_utils import DynamicLayer
 
 from kvzap.pruning.attention import use_kvzap_attention
-from kvzap.pruning.cache import JudgedLayer, MaskedLayer, PrunedLayer, refuse_padding, removed_fraction
+from kvzap.pruning.cache import JudgedLayer, MaskedLayer, PrunedLayer, left_layout, prefill_padding, removed_fraction
 from kvzap.pruning.chunked import check_chunk, chunked_prefill
 from kvzap.pruning.entry import ModelState, check_model, refuse_other_presses
 from kvzap.pruning.scorer_presses import SurrogateScorerPress
@@ -48,7 +48,7 @@ class WindowedPress(BasePress):
     evict: bool = field(default=True, kw_only=True)
     check_base_model: bool = field(default=True, kw_only=True)
     prefill_chunk: int | None = field(default=None, kw_only=True)
-    removed_counts: dict[int, tuple[torch.Tensor, int]] = field(default_factory=dict, init=False, repr=False)
+    removed_counts: dict[int, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict, init=False, repr=False)
     _judging_chunks: bool = field(default=False, init=False, repr=False)
     _active: bool = field(default=False, init=False, repr=False)
     _pruned: bool = field(default=False, init=False, repr=False)
@@ -123,20 +123,38 @@ class WindowedPress(BasePress):
                     f"{type(self).__name__} prunes a DynamicCache with full-attention layers, "
                     f"not {type(dense).__name__}"
                 )
-            refuse_padding(kwargs.get("attention_mask"))
-            cache.layers[idx] = (PrunedLayer if self.evict else MaskedLayer)(dense.keys, dense.values)
+            pads, right = prefill_padding(kwargs.get("attention_mask"))
+            if pads and not self._judging_chunks and max(pads) == length:
+                raise ValueError(f"Row {pads.index(length)} of the batch is all padding: give every row a token.")
+            keys, values = dense.keys, dense.values
+            if right:  # the layers keep padding in front: move it there, and the inputs the scorer reads with it
+                keys, values, hidden_states = (left_layout(x, pads, -2) for x in (keys, values, hidden_states))
+            cache.layers[idx] = (PrunedLayer if self.evict else MaskedLayer)(keys, values, pads or None)
             self._pruned = True
         elif not ((self.decoding or self._judging_chunks) and isinstance(cache.layers[idx], JudgedLayer)):
             return output
+        elif self._judging_chunks:  # a chunk of a left-padded batch may still be padding for its short rows
+            cache.layers[idx].note_padding(kwargs.get("attention_mask"))
         layer = cache.layers[idx]
         keys, values = layer.newest(length)
         layer.set_scores(self.scorer.score(module, hidden_states, keys, values, None, kwargs))
         n_leaving = layer.window_len - self.window
         if n_leaving > 0:
-            layer.judge(n_leaving, self.select(layer.scores[..., :n_leaving]))
-        # (B, H) entries removed and the unpruned length, divided only when a ratio is read
-        self.removed_counts[idx] = layer.removed, layer.seen
+            layer.judge(n_leaving, self._select_rows(layer.scores[..., :n_leaving], layer.window_pads()))
+        # (B, H) entries removed and each row's unpadded length, divided only when a ratio is read
+        self.removed_counts[idx] = layer.removed, layer.real_lengths
         return output
+
+    def _select_rows(self, scores: torch.Tensor, pads: list[int]) -> torch.Tensor:
+        """`select` on each row's own leaving tokens: its padding (at the front) is dropped and not shown to
+        `select`, so a row of a padded batch is judged exactly as it would be alone."""
+        if not any(pads):
+            return self.select(scores)
+        keep = torch.zeros_like(scores, dtype=torch.bool)
+        for row, pad in enumerate(pads):
+            if pad < scores.shape[-1]:
+                keep[row : row + 1, :, pad:] = self.select(scores[row : row + 1, :, pad:])
+        return keep
 
     @property
     def compression_ratio(self) -> float:
