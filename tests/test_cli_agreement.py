@@ -58,6 +58,19 @@ def test_plan_command_lines_parse(name):
         assert args.subsets == subsets and len(args.out) == len(args.subsets) * len(eval_job.cells)
         if eval_job.group is not None:
             assert args.decode_batch == config["evaluation"]["decode_batch"]
+        bench = config["evaluation"]["benchmarks"][eval_job.bench]["benchmark"]
+        batch_size = config["evaluation"]["batch_size"].get(eval_job.model, 1) if bench == "aime25" else 1
+        assert args.batch_size == batch_size
+
+
+def test_aime_jobs_get_their_models_batch_size():
+    config = planned("rehearsal.yaml")
+    aime = [j for j in sweep.eval_jobs(config) if j.bench == "aime25"]
+    sizes = {
+        j.model: job.parse_args(["--model", "m", *shlex.split(commands.evaluate_args(config, j, 0, 1))]).batch_size
+        for j in aime
+    }
+    assert sizes == {"qwen3-8b": 2, "qwen3-32b": 1}
 
 
 def test_training_kind_needs_its_settings(capsys, monkeypatch):

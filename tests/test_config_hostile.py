@@ -181,6 +181,11 @@ CASES = {
         lambda c: c.update(ablations={"training_pairs": {"target_ratio": 1}}),
         "target_ratio",
     ),
+    "batch size unknown model": (
+        lambda c: c["evaluation"].update(batch_size={"qwen": 4}),
+        "evaluation.batch_size = 'qwen': not defined under models",
+    ),
+    "batch size zero": (lambda c: c["evaluation"].update(batch_size={"smollm2-135m": 0}), "batch_size"),
     "training figure without ablation": (
         lambda c: c["figures"].update(t={"kind": "training_pairs"}),
         "ablations.training_pairs.models is empty",

@@ -43,6 +43,16 @@ def test_paper_config_shares_most_prefills():
     assert shared["GPU-h (expected)"] < alone["GPU-h (expected)"]
 
 
+def test_aime_batches_divide_its_decoding_steps():
+    config = planned("paper.yaml")
+    batched = forecast._evaluation(config, forecast.TYPICAL, shared=True)
+    config["evaluation"]["batch_size"] = {}
+    alone = forecast._evaluation(config, forecast.TYPICAL, shared=True)
+    aime_steps = 30 * 4 * 32_000 * 9  # 30 problems x 4 rollouts, 32,000 new tokens; full and 2 x 4 KVzap thresholds
+    assert alone["qwen3-8b"].decode_steps_max - batched["qwen3-8b"].decode_steps_max == aime_steps - aime_steps / 8
+    assert alone["llama-3.1-8b-instruct"].decode_steps_max == batched["llama-3.1-8b-instruct"].decode_steps_max
+
+
 def test_a_per_model_throughput_applies_to_that_model_only():
     config = planned("paper.yaml")
     base, slower = _rows(config), _rows(config, **{"qwen3-32b": {"prefill_tokens_per_s": 6_000}})

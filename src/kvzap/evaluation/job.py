@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import argparse
 import json
+from contextlib import nullcontext
 from pathlib import Path
 
 import pandas as pd
 import torch
 from tqdm import tqdm
-from transformers import pipeline
+from transformers import StoppingCriteria, StoppingCriteriaList, pipeline
 
 from kvzap.atomic import atomic_write_json
 from kvzap.evaluation import methods, presses
@@ -24,6 +25,7 @@ from kvzap.evaluation.shared_prefill import run_greedy_shared
 from kvzap.evaluation.suites import BENCHMARKS, benchmark_module
 from kvzap.prepare import models
 from kvzap.provenance import stamp
+from kvzap.pruning.windowed_press import WindowedPress
 
 
 def _n_tokens(tokenizer, text: str) -> int:
@@ -72,34 +74,93 @@ def greedy_summary(model, tokenizer, rows: pd.DataFrame, bench, press) -> tuple[
     }
 
 
-def run_sampling(model, tokenizer, rows: pd.DataFrame, press, generation: dict, seed: int) -> pd.DataFrame:
-    """AIME protocol: the whole chat (problem and reasoning) is subject to eviction during decoding."""
+def batches_rows(press) -> bool:
+    """Whether a cell may generate several rows at once: the full cache and our presses (each row of a padded
+    batch is judged and counted as alone); kvpress's presses assume batch size 1."""
+    return press is None or isinstance(press, WindowedPress)
+
+
+def _prompt_ids(tokenizer, row, generation: dict) -> list[int]:
+    messages = [{"role": "user", "content": (row.context + row.question).strip()}]
+    return tokenizer.apply_chat_template(
+        messages, add_generation_prompt=True, enable_thinking=generation["enable_thinking"], return_dict=True
+    )["input_ids"]
+
+
+def _left_padded(prompts: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    length = max(map(len, prompts))
+    ids = torch.full((len(prompts), length), pad_id, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, prompt in enumerate(prompts):
+        ids[i, length - len(prompt) :], mask[i, length - len(prompt) :] = torch.tensor(prompt), 1
+    return ids.to(device), mask.to(device)
+
+
+class RowRatios(StoppingCriteria):
+    """Each row's compression ratio when it ends (its end-of-sequence token or its own token limit), as a batch-1
+    run reports it: generate keeps feeding finished rows padding until the whole batch ends, and the cache counts
+    those tokens. Stops nothing itself."""
+
+    def __init__(self, press, eos, prompt_length: int, limits: list[int]):
+        self.press, self.prompt_length, self.limits = press, prompt_length, [int(n) for n in limits]
+        self.eos = torch.tensor(eos if isinstance(eos, list) else [] if eos is None else [eos])
+        self.ratios: list[float | None] = [None] * len(limits)
+
+    def __call__(self, input_ids: torch.LongTensor, scores, **kwargs) -> torch.BoolTensor:
+        new = input_ids.shape[1] - self.prompt_length
+        ended = torch.isin(input_ids[:, -1].cpu(), self.eos).tolist()
+        pending = [i for i, r in enumerate(self.ratios) if r is None and (ended[i] or new >= self.limits[i])]
+        if pending:
+            now = [0.0] * len(self.ratios) if self.press is None else self.press.sample_ratios.tolist()
+            for i in pending:
+                self.ratios[i] = now[i]
+        return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+
+    def final(self) -> list[float]:
+        """Rows that never ended (the batch's own limit came first) get their ratio at the end."""
+        if None in self.ratios:
+            now = [0.0] * len(self.ratios) if self.press is None else self.press.sample_ratios.tolist()
+            self.ratios = [now[i] if r is None else r for i, r in enumerate(self.ratios)]
+        return self.ratios
+
+
+def run_sampling(
+    model, tokenizer, rows: pd.DataFrame, press, generation: dict, seed: int, batch_size: int = 1
+) -> pd.DataFrame:
+    """AIME protocol: the whole chat (problem and reasoning) is subject to eviction during decoding.
+
+    The (problem, rollout) pairs are generated `batch_size` at a time, left-padded (1 for kvpress's presses); a
+    batch is seeded by its first pair's index, so a cell reproduces for a given batch size."""
     sampling = {k: generation[k] for k in ("do_sample", "temperature", "top_p", "top_k")}
+    batch_size = batch_size if batches_rows(press) else 1
+    prompts = {row.sample_id: _prompt_ids(tokenizer, row, generation) for row in rows.itertuples()}
+    pairs = [(row, r) for row in rows.itertuples() for r in range(generation["n_rollouts"])]
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     out = []
-    for row in tqdm(list(rows.itertuples()), desc="problems"):
-        messages = [{"role": "user", "content": (row.context + row.question).strip()}]
-        ids = tokenizer.apply_chat_template(
-            messages,
-            add_generation_prompt=True,
-            return_tensors="pt",
-            enable_thinking=generation["enable_thinking"],
-            return_dict=True,
-        )["input_ids"]
-        for rollout in range(generation["n_rollouts"]):
-            torch.manual_seed(seed * 1000 + rollout)
-            if press is None:
-                generated = model.generate(ids.to(model.device), max_new_tokens=int(row.max_new_tokens), **sampling)
-            else:
-                with press(model):
-                    generated = model.generate(ids.to(model.device), max_new_tokens=int(row.max_new_tokens), **sampling)
-            text = tokenizer.decode(generated[0, ids.shape[1] :], skip_special_tokens=True)
+    for first in tqdm(range(0, len(pairs), batch_size), desc=f"rollouts ({batch_size} per batch)"):
+        batch = pairs[first : first + batch_size]
+        ids, mask = _left_padded([prompts[row.sample_id] for row, _ in batch], pad_id, model.device)
+        torch.manual_seed(seed * 1000 + first)
+        options = dict(
+            attention_mask=mask,
+            max_new_tokens=max(int(row.max_new_tokens) for row, _ in batch),
+            pad_token_id=pad_id,
+            **sampling,
+        )
+        ratios = RowRatios(
+            press, model.generation_config.eos_token_id, ids.shape[1], [r.max_new_tokens for r, _ in batch]
+        )
+        with press(model) if press is not None else nullcontext():
+            generated = model.generate(ids, stopping_criteria=StoppingCriteriaList([ratios]), **options)
+        for i, ((row, rollout), ratio) in enumerate(zip(batch, ratios.final())):
+            answer = generated[i, ids.shape[1] : ids.shape[1] + int(row.max_new_tokens)]
             out.append(
                 {
                     "sample_id": row.sample_id,
                     "rollout": rollout,
-                    "prediction": text,
-                    "compression_ratio": _compression_ratio(press),
-                    "prompt_tokens": ids.shape[1],
+                    "prediction": tokenizer.decode(answer, skip_special_tokens=True),
+                    "compression_ratio": float(ratio),
+                    "prompt_tokens": len(prompts[row.sample_id]),
                 }
             )
     return pd.DataFrame(out)
@@ -126,6 +187,8 @@ def evaluate(args) -> list[dict]:
     cells = [parse_cell(token) for token in args.cells]
     if args.decode_batch is not None and args.decode_batch < 1:
         raise SystemExit(f"--decode-batch {args.decode_batch}: must be at least 1 (cells decoded as one batch).")
+    if args.batch_size < 1:
+        raise SystemExit(f"--batch-size {args.batch_size}: must be at least 1 (rollouts generated as one batch).")
     if len(cells) * len(args.subsets) != len(args.out):
         raise SystemExit(
             f"--out needs one folder per cell and subset, cell by cell: {len(cells)} x {len(args.subsets)}, "
@@ -177,7 +240,7 @@ def evaluate_subset(args, subset: str, cells, outs, model, tokenizer, built, ben
     if len(cells) > 1:
         outputs = run_greedy_shared(model, tokenizer, rows, built, args.decode_batch or len(built))
     elif generation and generation.get("do_sample"):
-        outputs = [run_sampling(model, tokenizer, rows, built[0], generation, args.seed)]
+        outputs = [run_sampling(model, tokenizer, rows, built[0], generation, args.seed, args.batch_size)]
     else:
         outputs = [run_greedy(model, tokenizer, rows, built[0])]
     common = {k: v for k, v in vars(args).items() if k not in ("subsets", "out", "cells", "decode_batch")}
@@ -225,6 +288,9 @@ def parse_args(argv=None):
     )
     parser.add_argument(
         "--decode-batch", type=int, default=None, help="cells of a prefill group decoded as one batch (default: all)"
+    )
+    parser.add_argument(
+        "--batch-size", type=int, default=1, help="sampling benchmarks: rollouts generated as one batch (default: 1)"
     )
     parser.add_argument("--surrogate-linear", type=Path, default=None)
     parser.add_argument("--surrogate-mlp", type=Path, default=None)

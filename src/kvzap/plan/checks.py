@@ -282,6 +282,9 @@ def check(config: dict) -> None:
         _check_method(f"evaluation.methods[{i}]", method)
     for name, bench in config["evaluation"]["benchmarks"].items():
         _check_benchmark(config, name, bench)
+    for model in config["evaluation"]["batch_size"]:
+        if model not in config["models"]:
+            fail("evaluation.batch_size", model, "not defined under models", f"use some of {list(config['models'])}")
     for cell in cells(config):
         model_id = config["models"][cell.model]["id"]
         if cell.method == "duo_attention" and duo_patterns.duo_pattern_name(model_id) is None:

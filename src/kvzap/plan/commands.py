@@ -105,6 +105,9 @@ def evaluate_args(config: dict, job: EvalJob, shard: int, n_shards: int) -> str:
         args += [f"--surrogate-{kind}", paths.surrogate_dir(results, job.model, kind)]
     if job.group is not None:
         args += ["--decode-batch", str(config["evaluation"]["decode_batch"])]
+    batch_size = config["evaluation"]["batch_size"].get(job.model, 1)
+    if bench["benchmark"] == "aime25" and batch_size > 1:
+        args += ["--batch-size", str(batch_size)]
     if bench.get("tasks"):
         args += ["--tasks", *bench["tasks"]]
     for key in ("n_samples", "max_new_tokens", "rollouts"):

@@ -86,14 +86,18 @@ def _evaluation(config: dict, typical: dict, shared: bool) -> dict[str, Cost]:
         batches = math.ceil(len(cells) / config["evaluation"]["decode_batch"]) if grouped else len(cells)
         cost.jobs += bench["shards"] * (1 if grouped else len(cells))
         fraction = typical["expected_new_fraction"][bench["benchmark"]]
+        # AIME rollouts: evaluation.batch_size rows per generate call in the layout the pipeline runs (a batch
+        # steps until its longest row ends; the expected fraction is kept as for one row, an estimate)
+        rows_per_call = config["evaluation"]["batch_size"].get(job.model, 1) if shared else 1
         for subset in bench["subsets"]:
             samples, context, new = _samples(bench, subset, typical)
             passes = 1 if grouped else sum(2 if methods.METHODS[m].own_prefill else 1 for m, _ in cells)
+            calls = math.ceil(samples / rows_per_call) if bench["benchmark"] == "aime25" else samples
             cost.prefill_tokens += samples * context * passes
             cost.new_tokens_max += samples * new * len(cells)
             cost.new_tokens_expected += samples * new * fraction * len(cells)
-            cost.decode_steps_max += samples * new * batches
-            cost.decode_steps_expected += samples * new * fraction * batches
+            cost.decode_steps_max += calls * new * batches
+            cost.decode_steps_expected += calls * new * fraction * batches
     return costs
 
 
