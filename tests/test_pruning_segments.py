@@ -40,6 +40,7 @@ CASES = [
     ("rows", "arbitrary"),
     ("rows", "causal"),
     ("rows", "single"),
+    ("decode", "single"),
     ("flash", "causal"),
     ("varlen", "causal"),
     ("varlen", "single"),
@@ -74,6 +75,78 @@ def test_segment_attention_equals_a_per_row_loop(budget, kernel, mask, monkeypat
     got = segments.segment_attention(q, packed, window_keys, window_values, new_mask, heads, budget, kernel=kernel)
     expected = _per_row_reference(q, row_keys, row_values, window_keys, window_values, new_mask, heads)
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+
+
+def _random_packed(gen, lengths, spare, dim, lead=0):
+    """A packed layout with `lead` unused slots in front and NaN in every unused slot (never read)."""
+    capacity = [n + s for n, s in zip(lengths, spare)]
+    starts = [lead + sum(capacity[:r]) for r in range(len(lengths))]
+    keys, values = (torch.full((lead + sum(capacity), dim), math.nan) for _ in range(2))
+    for start, n in zip(starts, lengths):
+        keys[start : start + n], values[start : start + n] = torch.randn(2, n, dim, generator=gen)
+    return segments.Packed(keys, values, starts, lengths, torch.tensor(capacity), torch.tensor(lengths))
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("window", [1, 17])  # at least the new token
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_decode_kernel_equals_the_row_loop_on_random_layouts(seed, window, dtype):
+    """The batched one-token kernel against the row loop: random lengths (empty rows, one row much longer
+    than the rest), spare slots and a gap before the first row, one or several queries per row, small
+    windows (never empty: a window holds the new token); in bfloat16 both compute scores in that dtype and
+    softmax in float32, so they agree up to the rounding of the same products."""
+    gen = torch.Generator().manual_seed(seed)
+    rows, dim = int(torch.randint(1, 13, (1,), generator=gen)), 8
+    lengths = torch.randint(0, 30, (rows,), generator=gen).tolist()
+    lengths[0] = 0
+    lengths[rows // 2] += 60
+    packed = _random_packed(gen, lengths, torch.randint(0, 4, (rows,), generator=gen).tolist(), dim, lead=seed)
+    packed = packed._replace(keys=packed.keys.to(dtype), values=packed.values.to(dtype))
+    queries = int(torch.randint(1, 5, (1,), generator=gen))
+    q = torch.randn(rows, queries, dim, generator=gen).to(dtype)
+    window_keys, window_values = torch.randn(2, rows, window, dim, generator=gen).to(dtype)
+    got = segments.segment_attention(q, packed, window_keys, window_values, None, 3, 10**9, kernel="decode")
+    want = segments.segment_attention(q, packed, window_keys, window_values, None, 3, 10**9, kernel="rows")
+    assert got.dtype == dtype and got.shape == want.shape and not got.isnan().any()
+    tolerance = 1e-5 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(got.float(), want.float(), atol=tolerance, rtol=tolerance)
+
+
+def test_decode_kernel_serves_one_unmasked_token_on_cpu_and_restores_threads():
+    q = torch.randn(4, 3, 8)
+    assert segments.applicable_kernels(q, None)[0] == "decode"
+    causal = torch.ones(1, 1, 3, 1, dtype=torch.bool)
+    assert "decode" not in segments.applicable_kernels(q, causal)  # a mask: the flash or row kernels
+    threads = torch.get_num_threads()
+    packed = _random_packed(torch.Generator().manual_seed(0), [3, 0, 5, 2], [1, 0, 0, 2], 8)
+    segments.segment_attention(q, packed, *torch.randn(2, 4, 2, 8), None, 2, 10**9)
+    assert torch.get_num_threads() == threads
+
+
+def test_decoding_under_eviction_with_the_decode_kernel_equals_masking():
+    """Greedy decoding of a left-padded batch (padding leaves the window during the run, so steps go from
+    the row loop to the decode kernel) under eviction equals masking, logits and all."""
+    torch.manual_seed(1)
+    scorer = SurrogateScorerPress(surrogate=Surrogate(64, 2, 2))
+    model = tiny_model("qwen3")
+    ids = torch.randint(4, 400, (3, 40), generator=torch.Generator().manual_seed(3))
+    mask = torch.ones_like(ids)
+    mask[1, :5], mask[2, :11] = 0, 0
+    runs = {}
+    for evict in (True, False):
+        press = KVzapPress(scorer, threshold=0.0, window=8, decoding=True, evict=evict)
+        with press(model):
+            runs[evict] = model.generate(
+                ids,
+                attention_mask=mask,
+                max_new_tokens=12,
+                do_sample=False,
+                output_logits=True,
+                return_dict_in_generate=True,
+                pad_token_id=0,
+            )
+    assert torch.equal(runs[True].sequences, runs[False].sequences)
+    assert (torch.stack(runs[True].logits) - torch.stack(runs[False].logits)).abs().max() <= 1e-4
 
 
 @pytest.mark.parametrize("tokens", [1, 6])

@@ -2,11 +2,15 @@
 
 Row r's keys are its used slots `keys[starts[r] : starts[r] + lengths[r]]` followed by its dense window; its
 G * T queries (a GQA group's heads over the T new tokens) see only those, so work and transient memory follow
-the kept cache. Three implementations, each exact against the masking reference:
+the kept cache. Four implementations, each exact against the masking reference:
 - `_varlen` (CUDA, half precision): two calls of PyTorch's flash varlen kernel for all rows at once, one over
   the kept slots (`seqused_k` skips the spare ones) and one over the windows, merged through their
   log-sum-exps: a fixed number of kernels per layer, whatever the number of rows. Its first use on a device
   is checked against the row loop (`kernel_trusted`).
+- `_decode` (CPU, queries that see everything: a decoding step's one new token): the windows' scores and
+  values in one batched matmul each, one softmax over a padded (Q, R, longest + W) score buffer, and per row
+  only the two matmuls over its used slots, written in place through views made in bulk, on one thread: two
+  ops per row instead of the row loop's dozen, whose overhead dominates a decoding step of small rows.
 - `_flash_rows` (CPU, causal multi-token forwards): row by row with the CPU flash kernel.
 - `_rows` (everything else): row by row, a chunk of queries at a time so that no score matrix exceeds the
   budget. Rows never share a matmul: a block of n rows scoring every row's queries against all their
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from contextlib import contextmanager
 from typing import NamedTuple
 
 import torch
@@ -50,8 +55,8 @@ def segment_attention(
     q (R, Q, D), already scaled, R = B * H rows, Q = G * T queries per row (G heads of T tokens, head-major);
     window_* (R, W, D); new_mask (B|1, 1, Q, m) bool over the m newest window tokens (the T new ones, or the
     whole window while it holds padding: then kernel="rows"), or None (all visible).
-    Scores are float32, as in the masking reference. kernel: "varlen", "flash" or "rows" (None: the fastest
-    that applies). Returns (R, Q, D).
+    Scores are float32, as in the masking reference. kernel: "varlen", "decode", "flash" or "rows" (None: the
+    fastest that applies). Returns (R, Q, D).
     """
     if kernel is None:
         kernel = applicable_kernels(q, new_mask)[0]
@@ -59,6 +64,8 @@ def segment_attention(
             kernel = "rows"
     if kernel == "varlen":
         return _varlen(q, packed, window_keys, window_values, new_mask)
+    if kernel == "decode":
+        return _decode(q, packed, window_keys, window_values)
     if kernel == "flash":
         return _flash_rows(q, packed, window_keys, window_values, new_mask.shape[-1])
     return _rows(q, packed, window_keys, window_values, new_mask, heads, budget)
@@ -70,6 +77,8 @@ def applicable_kernels(q, new_mask) -> list[str]:
     found = []
     if q.is_cuda and q.dtype in VARLEN_DTYPES and varlen_attn is not None and causal_or_single:
         found.append("varlen")
+    if q.device.type == "cpu" and new_mask is None:
+        found.append("decode")  # every query sees all its row's keys: a decoding step's single new token
     if q.device.type == "cpu" and new_mask is not None and causal_or_single:
         found.append("flash")  # for one new token, the row loop is faster (no copy of the kept keys)
     return found + ["rows"]
@@ -130,6 +139,69 @@ def _rows(q, packed: Packed, window_keys, window_values, new_mask, heads, budget
                 p.nan_to_num_(0.0)  # a padding query sees nothing: output 0, as sdpa gives
             p = p.to(q.dtype)
             torch.addmm(p[:, n:] @ window_values[r], p[:, :n], values, out=out[r, q0 : q0 + step])  # a contiguous block
+    return out
+
+
+def _used_views(tensor: torch.Tensor, packed: Packed, dim: int = 0) -> list[torch.Tensor]:
+    """Each row's used part of a packed tensor (slots along `dim`), as views made by one split instead of a
+    slice per row: the parts alternate unused (before the first row, spare slots, a padded row's tail) and
+    used, and only the used ones are kept."""
+    ends = packed.starts[1:] + [tensor.shape[dim]]
+    sizes = [packed.starts[0] if packed.starts else tensor.shape[dim]]
+    for start, n, end in zip(packed.starts, packed.lengths, ends):
+        sizes += [n, end - start - n]
+    return list(tensor.split(sizes, dim))[1::2]
+
+
+def _decode(q, packed: Packed, window_keys, window_values):
+    """All-visible queries (no mask): a decoding step's one new token per row, or any queries that see every
+    key of their row.
+
+    Scores live in a (Q, R, longest + W) buffer: row r's used slots fill its first lengths[r] key positions,
+    the rest of its kept part stays -inf (weight 0), its window fills the last W. Queries come first so that
+    one split of the buffer seen as (Q, R * (longest + W)) yields every row's (Q, n) block at once, which mm
+    writes in place, and the softmax runs over the contiguous last dim. The windows' scores and values take
+    one batched matmul each; only the used slots take a matmul per row, two in all.
+    """
+    with _one_thread():
+        return _decode_rows(q, packed, window_keys, window_values)
+
+
+@contextmanager
+def _one_thread():
+    """Run on one intra-op thread: every op of `_decode` is small (one row's matmul reads a few hundred
+    slots), and a multi-threaded BLAS call waits for its second thread at each of them; on a loaded
+    machine that wait is a scheduler time slice per op (measured: 90 row matmuls 1.4 s on 2 threads with
+    another process running, 5 ms on one)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _decode_rows(q, packed: Packed, window_keys, window_values):
+    rows, queries, _ = q.shape
+    window = window_keys.shape[1]
+    width = max(packed.lengths, default=0) + window
+    longest = width - window
+    layout = packed._replace(starts=list(range(0, rows * width, width)))  # row r's part of a buffer row
+    scores = q.new_empty(queries, rows, width)
+    scores[..., :longest].fill_(-math.inf)
+    scores[..., longest:] = torch.bmm(q, window_keys.transpose(1, 2)).transpose(0, 1)
+    used = [r for r, n in enumerate(packed.lengths) if n]
+    kept_scores = _used_views(scores.view(queries, -1), layout, 1)  # (Q, n) each
+    keys_t = _used_views(packed.keys.T, packed, 1)  # (D, n) each
+    q_rows = q.unbind(0)  # views made in one call, as the splits' (a slice per row costs as much as its matmul)
+    for r in used:
+        torch.mm(q_rows[r], keys_t[r], out=kept_scores[r])
+    p = torch.softmax(scores.float(), -1).to(q.dtype)  # every row sees its window: the new token at least
+    out = torch.bmm(p[..., longest:].transpose(0, 1), window_values)  # (R, Q, D)
+    weights, values = _used_views(p.view(queries, -1), layout, 1), _used_views(packed.values, packed)
+    outs = out.unbind(0)
+    for r in used:
+        outs[r].addmm_(weights[r], values[r])
     return out
 
 
