@@ -23,8 +23,11 @@ from transformers.cache_utils import CacheLayerMixin
 from kvzap.pruning.segments import Packed, segment_attention
 from kvzap.pruning.sliding import SlidingBuffer
 
-# Spare slots a packed row gets when it grows again (decoding): bounds reallocations and unused bytes.
-ROW_SLACK = 32
+# Spare slots a packed row gets when it grows again (decoding): a share of what it keeps (at least MIN_ROW_SLACK),
+# so unused bytes stay a few percent of the kept cache, and re-packs (each a copy of the layer) come once per that
+# many kept tokens: amortized constant work per token, as in a growing array.
+ROW_SLACK = 1 / 16
+MIN_ROW_SLACK = 8
 # Smallest score chunk (float32 elements, 4 MiB): below it, more chunks only cost Python overhead.
 MIN_SCORE_CHUNK = 1 << 20
 
@@ -358,7 +361,7 @@ class PrunedLayer(JudgedLayer):
         lengths = needed.tolist()
         if any(n > c for n, c in zip(lengths, self.capacities)):
             # Re-pack: the prefill's verdict fits exactly, later growth gets spare slots.
-            self._repack(needed + (ROW_SLACK if self.packed_keys.shape[0] else 0))
+            self._repack(needed + (_spare(needed) if self.packed_keys.shape[0] else 0))
         # The i-th kept token of row r goes to slot start[r] + length[r] + i.
         first_free = (self.start + self.length).view(batch, heads, 1)
         slots = (first_free + keep.cumsum(-1) - 1)[keep]
@@ -430,6 +433,10 @@ class PrunedLayer(JudgedLayer):
         """Bytes held: packed keys and values (with spare slots), window, window scores."""
         packed = self.packed_keys.nbytes + self.packed_values.nbytes
         return packed + self._keys.nbytes + self._values.nbytes + self._scores.nbytes
+
+
+def _spare(needed: torch.Tensor) -> torch.Tensor:
+    return (needed * ROW_SLACK).long().clamp(min=MIN_ROW_SLACK)
 
 
 class MaskedLayer(JudgedLayer):

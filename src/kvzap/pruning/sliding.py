@@ -2,7 +2,7 @@
 
 Every decoding step appends a token to the window and judges the oldest one; re-allocating the window for
 each (torch.cat, then a copy of what stays) is a fixed cost per step and layer that does not depend on the
-context. Appends write into spare room instead (a quarter of the live size, so held bytes stay close to the
+context. Appends write into spare room instead (a sixteenth of the live size, so held bytes stay close to the
 window's), the front only moves an offset, and the live part is copied into a fresh buffer when the spare
 runs out or more than half the buffer is dead (so a long prefill's judged tokens are freed at once).
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-SLACK = 0.25  # spare room a full buffer gets, as a fraction of its live entries: one move per ~window/4 steps
+SLACK = 1 / 16  # spare room a full buffer gets, as a fraction of its live entries: one move per ~window/16 steps
 
 
 class SlidingBuffer:
