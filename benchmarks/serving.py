@@ -30,8 +30,8 @@ KVzap at r = 0.5 to hold at most 1/2 of the full cache's bytes per row, its wind
 
 On this project's 2-core CPU machine (shared with another process), the first command (1024-token prompts, 64
 new tokens, 5 budget rows) took 14-18 min (850 s; 1,055 s beside a rehearsal), most of it prefill (a batch cut
-to fit the budget is prefilled twice); see benchmarks/cpu/serving.json. `--threads 1`: with another process on the cores, every
-two-thread op waits for its second thread, which hits the many small ops of decoding hardest.
+to fit the budget is prefilled twice); see benchmarks/cpu/serving.json. `--threads 1`: with another process on
+the cores, every two-thread op waits for its second thread, which hits the many small ops of decoding hardest.
 """
 
 from __future__ import annotations
