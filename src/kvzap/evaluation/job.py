@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 import torch
+from torch.nn.utils.rnn import pad_sequence
 from tqdm import tqdm
 from transformers import StoppingCriteria, StoppingCriteriaList, pipeline
 
@@ -88,11 +89,9 @@ def _prompt_ids(tokenizer, row, generation: dict) -> list[int]:
 
 
 def _left_padded(prompts: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
-    length = max(map(len, prompts))
-    ids = torch.full((len(prompts), length), pad_id, dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    for i, prompt in enumerate(prompts):
-        ids[i, length - len(prompt) :], mask[i, length - len(prompt) :] = torch.tensor(prompt), 1
+    rows = [torch.tensor(prompt) for prompt in prompts]
+    ids = pad_sequence(rows, batch_first=True, padding_value=pad_id, padding_side="left")
+    mask = pad_sequence([torch.ones_like(row) for row in rows], batch_first=True, padding_side="left")
     return ids.to(device), mask.to(device)
 
 
@@ -109,19 +108,19 @@ class RowRatios(StoppingCriteria):
     def __call__(self, input_ids: torch.LongTensor, scores, **kwargs) -> torch.BoolTensor:
         new = input_ids.shape[1] - self.prompt_length
         ended = torch.isin(input_ids[:, -1].cpu(), self.eos).tolist()
-        pending = [i for i, r in enumerate(self.ratios) if r is None and (ended[i] or new >= self.limits[i])]
-        if pending:
-            now = [0.0] * len(self.ratios) if self.press is None else self.press.sample_ratios.tolist()
-            for i in pending:
-                self.ratios[i] = now[i]
+        self._take([r is None and (ended[i] or new >= self.limits[i]) for i, r in enumerate(self.ratios)])
         return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
 
     def final(self) -> list[float]:
         """Rows that never ended (the batch's own limit came first) get their ratio at the end."""
-        if None in self.ratios:
-            now = [0.0] * len(self.ratios) if self.press is None else self.press.sample_ratios.tolist()
-            self.ratios = [now[i] if r is None else r for i, r in enumerate(self.ratios)]
+        self._take([r is None for r in self.ratios])
         return self.ratios
+
+    def _take(self, rows: list[bool]) -> None:
+        """Record the current ratio of the chosen rows (one read of the press's ratios, only if any)."""
+        if any(rows):
+            now = [0.0] * len(rows) if self.press is None else self.press.sample_ratios.tolist()
+            self.ratios = [now[i] if chosen else r for i, (chosen, r) in enumerate(zip(rows, self.ratios))]
 
 
 def run_sampling(

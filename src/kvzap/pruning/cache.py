@@ -10,7 +10,7 @@ Both attend exactly (every query head of a GQA group sees its kv-head's row) thr
 
 Padded batches: row b's first `pads[b]` positions are padding (left padding; a right-padded prefill is moved
 into that layout, `left_layout`). Padding is hidden from every query, dropped when it leaves the window, never
-stored in the packed buffer and never counted: ratios are over each row's own tokens (`real_lengths`).
+stored in the packed buffer and never counted: ratios are over each row's own tokens (`removed_fraction`).
 """
 
 from __future__ import annotations
@@ -69,11 +69,6 @@ class JudgedLayer(CacheLayerMixin):
         """Padding per row, as a host list (read per step without a device sync) and a (B,) tensor."""
         self.pads = pads
         self.pad_counts = torch.tensor(pads, device=self.device)
-
-    @property
-    def real_lengths(self) -> torch.Tensor:
-        """(B, 1) tokens of each row, padding excluded: the denominator of its ratios."""
-        return (self.seen - self.pad_counts.clamp(max=self.seen)).view(-1, 1)
 
     def window_pads(self) -> list[int]:
         """Padding entries at the front of each row's window."""
@@ -226,7 +221,7 @@ class JudgedLayer(CacheLayerMixin):
         raise NotImplementedError
 
     def compression(self) -> torch.Tensor:
-        return removed_fraction(self.removed, self.real_lengths)
+        return removed_fraction(self.removed, self.seen, self.pad_counts)
 
     def padding_judged(self) -> torch.Tensor:
         """(B, 1) padding entries among the judged (no longer in the window) ones."""
@@ -250,9 +245,10 @@ class _WithoutBackward(torch.autograd.Function):
         )
 
 
-def removed_fraction(removed: torch.Tensor, lengths) -> torch.Tensor:
-    """Fraction removed per (batch, kv-head), over each row's unpruned length (kvpress DMSPress's denominator)."""
-    return removed.double() / lengths
+def removed_fraction(removed: torch.Tensor, seen: int, pads: torch.Tensor) -> torch.Tensor:
+    """Fraction removed per (batch, kv-head), over each row's unpruned length without its padding (kvpress
+    DMSPress's denominator)."""
+    return removed.double() / (seen - pads.clamp(max=seen)).view(-1, 1)
 
 
 MASK_ERROR = (
@@ -266,10 +262,15 @@ def visible(attention_mask: torch.Tensor) -> torch.Tensor:
     return attention_mask if attention_mask.dtype == torch.bool else attention_mask == 0
 
 
+def _hidden(attention_mask: torch.Tensor) -> torch.Tensor:
+    """(B, L) bool: what a (B, 1, T, L) mask hides from each row's last query: under causal attention, its
+    padding (a padding query itself sees nothing, so a row of padding so far is hidden whole)."""
+    return ~visible(attention_mask)[:, 0, -1, :]
+
+
 def hidden_counts(attention_mask: torch.Tensor) -> torch.Tensor:
-    """(B,) tokens a (B, 1, T, L) mask hides from each row's last query: under causal attention, its padding
-    (a padding query itself sees nothing, so a row of padding so far counts whole)."""
-    return (~visible(attention_mask)[:, 0, -1, :]).sum(-1)
+    """(B,) padding tokens per row (`_hidden`)."""
+    return _hidden(attention_mask).sum(-1)
 
 
 def prefill_padding(attention_mask: torch.Tensor | None) -> tuple[list[int], bool]:
@@ -277,7 +278,7 @@ def prefill_padding(attention_mask: torch.Tensor | None) -> tuple[list[int], boo
     prefix of the row (left padding) or a suffix (right padding), the same side for every padded row."""
     if attention_mask is None:
         return [], False
-    hidden = ~visible(attention_mask)[:, 0, -1, :]  # (B, T)
+    hidden = _hidden(attention_mask)  # (B, T)
     counts = hidden.sum(-1)
     if not bool(counts.any()):
         return [], False

@@ -48,7 +48,10 @@ class WindowedPress(BasePress):
     evict: bool = field(default=True, kw_only=True)
     check_base_model: bool = field(default=True, kw_only=True)
     prefill_chunk: int | None = field(default=None, kw_only=True)
-    removed_counts: dict[int, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict, init=False, repr=False)
+    # layer -> (removed (B, H), unpruned length, padding (B,)): a snapshot per hook call, divided when read
+    removed_counts: dict[int, tuple[torch.Tensor, int, torch.Tensor]] = field(
+        default_factory=dict, init=False, repr=False
+    )
     _judging_chunks: bool = field(default=False, init=False, repr=False)
     _active: bool = field(default=False, init=False, repr=False)
     _pruned: bool = field(default=False, init=False, repr=False)
@@ -141,8 +144,8 @@ class WindowedPress(BasePress):
         n_leaving = layer.window_len - self.window
         if n_leaving > 0:
             layer.judge(n_leaving, self._select_rows(layer.scores[..., :n_leaving], layer.window_pads()))
-        # (B, H) entries removed and each row's unpadded length, divided only when a ratio is read
-        self.removed_counts[idx] = layer.removed, layer.real_lengths
+        # (B, H) entries removed, the unpruned length and each row's padding, divided only when a ratio is read
+        self.removed_counts[idx] = layer.removed, layer.seen, layer.pad_counts
         return output
 
     def _select_rows(self, scores: torch.Tensor, pads: list[int]) -> torch.Tensor:
