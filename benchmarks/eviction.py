@@ -24,7 +24,7 @@ from transformers.utils import logging
 
 from kvzap.atomic import atomic_write_json
 from kvzap.prepare.models import ensure_prepared, load
-from kvzap.pruning import KVzapPress, SurrogateScorerPress
+from kvzap.pruning import KVzapPress, SurrogateScorerPress, held_kv_bytes
 from kvzap.pruning.calibration import collect_scores, threshold_for
 from kvzap.surrogate.model import Surrogate
 from records import nonnegative_int, output_file, positive_int, print_table, unit_fraction
@@ -55,13 +55,6 @@ def offline_text() -> str:
     return "\n".join(inspect.getsource(m) for m in (a, d, i, j, lg, p, t))
 
 
-def cache_bytes(cache) -> int:
-    """Bytes of KV storage held by a cache: dense tensors, or a pruned layer's own accounting."""
-    return sum(
-        layer.nbytes if hasattr(layer, "nbytes") else layer.keys.nbytes + layer.values.nbytes for layer in cache.layers
-    )
-
-
 def mask_index_bytes(model) -> int:
     """kvpress's masking keeps (batch, head, position) index tensors on each attention module."""
     return sum(sum(t.nbytes for t in layer.self_attn.masked_key_indices or []) for layer in model.model.layers)
@@ -87,7 +80,7 @@ def decode_side_by_side(models: dict, presses: dict, ids: torch.Tensor, steps: i
                 times[name].append(time.perf_counter() - start)
     return {
         name: {
-            "bytes": cache_bytes(caches[name]) + mask_index_bytes(models[name]),
+            "bytes": held_kv_bytes(caches[name]) + mask_index_bytes(models[name]),
             "decode_ms": 1000 * statistics.median(times[name][2:]),
             "tokens": tokens[name],
             "ratio": presses[name].compression_ratio if presses[name] is not None else 0.0,

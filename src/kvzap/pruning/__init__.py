@@ -46,7 +46,7 @@ Threshold calibration (prefill ratios; one forward per text), from Python with
     python -m kvzap.pruning.calibration --model-json M --surrogate S --texts t.json --targets 0.5 0.67 --out tau.json
 """
 
-from kvzap.pruning.cache import MaskedLayer, PrunedLayer
+from kvzap.pruning.cache import MaskedLayer, PrunedLayer, held_kv_bytes
 from kvzap.pruning.kvzap_press import KVzapPress
 from kvzap.pruning.scorer_presses import PrecomputedScorerPress, SurrogateScorerPress
 from kvzap.pruning.topk_presses import TopKPerHeadPress, TopKPerLayerPress
@@ -59,4 +59,5 @@ __all__ = [
     "SurrogateScorerPress",
     "TopKPerHeadPress",
     "TopKPerLayerPress",
+    "held_kv_bytes",
 ]

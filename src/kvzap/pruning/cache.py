@@ -481,3 +481,15 @@ class MaskedLayer(JudgedLayer):
     @property
     def nbytes(self) -> int:
         return self._keys.nbytes + self._values.nbytes + self.dropped.nbytes + self._scores.nbytes
+
+
+def held_kv_bytes(cache) -> int:
+    """Bytes a cache holds for keys and values over every layer: pruned layers' `nbytes`, dense and sliding-window
+    layers' tensors (a hybrid model's sliding layers are left alone by KVzap but still hold memory)."""
+    total = 0
+    for layer in cache.layers:
+        if isinstance(layer, JudgedLayer):
+            total += layer.nbytes
+        elif getattr(layer, "is_initialized", False):
+            total += layer.keys.nbytes + layer.values.nbytes
+    return total
