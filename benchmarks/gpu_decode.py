@@ -26,9 +26,9 @@ import torch
 from kvpress import DMSPress
 from transformers import DynamicCache, Qwen3Config, Qwen3ForCausalLM
 
-from eviction import cache_bytes, mask_index_bytes
+from eviction import mask_index_bytes
 from kvzap.atomic import atomic_write_json
-from kvzap.pruning import KVzapPress, SurrogateScorerPress
+from kvzap.pruning import KVzapPress, SurrogateScorerPress, held_kv_bytes
 from kvzap.pruning.calibration import collect_scores, threshold_for
 from kvzap.pruning.segments import applicable_kernels, float32_rows, segment_attention
 from kvzap.surrogate.model import Surrogate
@@ -119,7 +119,7 @@ def run_method(model, press, ids: torch.Tensor, steps: int, forced: list[int] | 
         else None
     )
     return {
-        "kv_bytes": cache_bytes(cache) + mask_index_bytes(model),
+        "kv_bytes": held_kv_bytes(cache) + mask_index_bytes(model),
         "prefill_s": prefill_s,
         "prefill_peak_bytes": prefill_peak,
         "decode_ms": 1000 * statistics.median(times[2:] or times),

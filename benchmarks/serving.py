@@ -44,10 +44,9 @@ import time
 import torch
 from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
 
-from eviction import cache_bytes
 from gpu_decode import QWEN3_8B, build_model, sync
 from kvzap.atomic import atomic_write_json
-from kvzap.pruning import KVzapPress, SurrogateScorerPress
+from kvzap.pruning import KVzapPress, SurrogateScorerPress, held_kv_bytes
 from kvzap.pruning.calibration import collect_scores, threshold_for
 from kvzap.surrogate.model import Surrogate
 from records import nonnegative_int, output_file, positive_int, print_table, unit_fraction
@@ -104,12 +103,12 @@ def serve(model, press, ids: torch.Tensor, new_tokens: int) -> dict:
         logits = model(ids, past_key_values=cache, logits_to_keep=1).logits
         sync(device)
         prefill_s = time.perf_counter() - start
-        held = cache_bytes(cache)
+        held = held_kv_bytes(cache)
         token = logits[:, -1].argmax(-1, keepdim=True)
         start = time.perf_counter()
         for _ in range(new_tokens):
             token = model(token, past_key_values=cache, logits_to_keep=1).logits[:, -1].argmax(-1, keepdim=True)
-            held = max(held, cache_bytes(cache))  # a host-side sum of the layers' sizes: no device sync
+            held = max(held, held_kv_bytes(cache))  # a host-side sum of the layers' sizes: no device sync
         sync(device)
         decode_s = time.perf_counter() - start
     return {
