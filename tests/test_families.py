@@ -2,7 +2,9 @@
 
 For every family: the oracle against an eager computation written here from the model's own attention weights
 (output_attentions), cached values, output projection and attention inputs; KVzapPress at tau = -inf equal to
-the plain model; eviction equal to masking in greedy `generate`. Families out of reach get an asserted refusal.
+the plain model; eviction equal to masking in greedy `generate`. Hybrids (a sliding layer with a window shorter than
+the prompt, then a full one) prune the full layer only, in `generate`, chunked prefill, kvpress's pipeline and tau
+calibration. Families out of reach get an asserted refusal.
 README's "Model families" table is this file's outcome.
 """
 
@@ -12,11 +14,15 @@ import math
 
 import pytest
 import torch
+from kvpress.pipeline import KVPressTextGenerationPipeline
 from kvpress.presses.knorm_press import KnormPress
 from transformers import AutoConfig, AutoModelForCausalLM, DynamicCache
+from transformers.cache_utils import DynamicSlidingWindowLayer
 
+from kvzap.layer_types import pruned_layers
 from kvzap.oracle.scores import build_repeat_prompt, oracle_scores
-from kvzap.pruning import KVzapPress
+from kvzap.pruning import KVzapPress, PrunedLayer, held_kv_bytes
+from kvzap.pruning.calibration import collect_scores, mean_ratio, threshold_for
 from tiny_models import TEXT, TINY_SIZES, tiny_tokenizer
 
 COMMON = {**TINY_SIZES, "hidden_size": 128, "head_dim": 32}  # wider heads than tiny_config's default
@@ -64,7 +70,7 @@ FAMILIES = {
     "ministral": WIDE_WINDOW,
 }
 EAGER_ONLY = {"gpt_oss"}  # no sdpa (attention sinks)
-# Hybrid caches: sliding-window layers get a DynamicSlidingWindowLayer, which KVzapPress refuses (for now).
+# Hybrid caches: sliding-window layers get a DynamicSlidingWindowLayer, which KVzap leaves alone.
 SLIDING_CACHE = {"gemma2", "gemma3_text", "cohere2", "exaone4", "gpt_oss", "olmo3", "ministral"}
 # kvpress (and so the presses) hook model.model.layers[i].self_attn; GPT-NeoX has gpt_neox.layers[i].attention.
 NOT_KVPRESS_LAYOUT = {"gpt_neox"}
@@ -147,10 +153,12 @@ def test_oracle_matches_eager_attention(model_type, tok):
 
 
 def _threshold(model, ids) -> float:
-    """Minus the median key norm: a KnormPress threshold that removes about half of the judged entries."""
+    """Minus the median key norm of the pruned layers: a KnormPress threshold that removes about half of the judged
+    entries."""
     cache = DynamicCache()
     model(ids, past_key_values=cache)
-    return -torch.cat([layer.keys.norm(dim=-1).flatten() for layer in cache.layers]).median().item()
+    norms = [cache.layers[i].keys.norm(dim=-1).flatten() for i in pruned_layers(model.config)]
+    return -torch.cat(norms).median().item()
 
 
 def _generate(model, ids, press=None) -> torch.Tensor:
@@ -185,20 +193,98 @@ def test_pruning_nothing_and_eviction_equal_masking(model_type, tok):
     assert 0.2 < evicted.compression_ratio < 0.8
 
 
-@pytest.mark.parametrize("model_type", sorted(SLIDING_CACHE))
-def test_pruning_a_sliding_window_cache_is_refused(model_type, tok):
-    model = build(model_type, len(tok))
-    ids = tok(TEXT[:100], return_tensors="pt").input_ids
-    with pytest.raises(TypeError, match="full-attention layers, not DynamicSlidingWindowLayer"):
+# Hybrids as they ship (a sliding layer, then a full one), with a window far shorter than the prompts here.
+HYBRID = dict(sliding_window=16, layer_types=["sliding_attention", "full_attention"])
+# Their full layers use what attention over a pruned cache does not apply (refused below, and at plan time).
+SOFT_CAP_OR_SINKS = {"gemma2", "gpt_oss"}
+HYBRID_PRUNED = sorted(SLIDING_CACHE - SOFT_CAP_OR_SINKS)
+
+
+def build_hybrid(model_type: str, vocab_size: int):
+    config = AutoConfig.for_model(model_type, vocab_size=vocab_size, **{**COMMON, **FAMILIES[model_type], **HYBRID})
+    config._attn_implementation = "eager" if model_type in EAGER_ONLY else "sdpa"
+    torch.manual_seed(0)
+    return AutoModelForCausalLM.from_config(config).float().eval().requires_grad_(False)
+
+
+@pytest.mark.parametrize("model_type", HYBRID_PRUNED)
+def test_hybrid_prunes_its_full_layers_and_leaves_the_sliding_ones(model_type, tok):
+    """The sliding layer keeps transformers' own bounded cache; the full layer is pruned, exactly."""
+    model = build_hybrid(model_type, len(tok))
+    ids = tok(TEXT[:300], return_tensors="pt").input_ids
+    assert ids.shape[1] > 4 * HYBRID["sliding_window"]
+    plain_logits = model(ids).logits
+    with KVzapPress(KnormPress(), threshold=-math.inf, window=8)(model):
+        kept_logits = model(ids, past_key_values=DynamicCache(config=model.config)).logits
+    torch.testing.assert_close(kept_logits, plain_logits, atol=1e-5, rtol=1e-5)
+    assert torch.equal(
+        _generate(model, ids, KVzapPress(KnormPress(), threshold=-math.inf, window=8)), _generate(model, ids)
+    )
+
+    tau = _threshold(model, ids)
+    press = lambda evict: KVzapPress(KnormPress(), threshold=tau, window=8, decoding=True, evict=evict)  # noqa: E731
+    evicted = press(True)
+    assert torch.equal(_generate(model, ids, evicted), _generate(model, ids, press(False)))
+    assert evicted.layer_ratios.shape == (1,)  # the full layer only
+    assert 0.2 < evicted.compression_ratio < 0.8
+
+    dense, pruned = DynamicCache(config=model.config), DynamicCache(config=model.config)
+    model(ids, past_key_values=dense)
+    with press(True)(model):
+        model(ids, past_key_values=pruned)
+    assert isinstance(pruned.layers[0], DynamicSlidingWindowLayer) and isinstance(pruned.layers[1], PrunedLayer)
+    assert torch.equal(pruned.layers[0].keys, dense.layers[0].keys)  # the sliding layer untouched
+    assert held_kv_bytes(dense) - held_kv_bytes(pruned) > 0.2 * dense.layers[1].keys.nbytes
+
+
+@pytest.mark.parametrize("model_type", ["gemma3_text", "olmo3"])
+def test_hybrid_chunked_prefill_and_kvpress_pipeline(model_type, tok):
+    model = build_hybrid(model_type, len(tok))
+    ids = tok(TEXT[:300], return_tensors="pt").input_ids
+    chunked = KVzapPress(KnormPress(), threshold=-math.inf, window=8, prefill_chunk=24)
+    assert torch.equal(_generate(model, ids, chunked), _generate(model, ids))
+    tau = _threshold(model, ids)
+    runs = [KVzapPress(KnormPress(), threshold=tau, window=8, prefill_chunk=24, evict=e) for e in (True, False)]
+    assert torch.equal(_generate(model, ids, runs[0]), _generate(model, ids, runs[1]))
+    assert runs[0].compression_ratio == runs[1].compression_ratio > 0.2
+
+    pipe = KVPressTextGenerationPipeline(model=model, tokenizer=tok, device="cpu")
+    answers, ratios = [], []
+    for evict in (True, False):
+        press = KVzapPress(KnormPress(), threshold=tau, window=8, evict=evict)
+        answers.append(pipe(TEXT[:300], question=TEXT[300:340], press=press, max_new_tokens=6)["answer"])
+        ratios.append(press.compression_ratio)
+    assert answers[0] == answers[1] and ratios[0] == ratios[1] > 0.2
+
+
+def test_hybrid_calibration_counts_the_full_layers(tok):
+    model = build_hybrid("gemma3_text", len(tok))
+    texts = [tok(TEXT[i : i + 300], return_tensors="pt").input_ids for i in (0, 150)]
+    samples = collect_scores(model, texts, KnormPress(), window=8)
+    assert all(len(sample.layer_scores) == 1 for sample in samples)
+    tau = threshold_for(samples, 0.5)
+    achieved = []
+    for ids in texts:
+        press = KVzapPress(KnormPress(), threshold=tau, window=8)
+        with press(model):
+            model.model(input_ids=ids, past_key_values=DynamicCache(config=model.config))
+        achieved.append(press.compression_ratio)
+    assert sum(achieved) / len(achieved) == pytest.approx(mean_ratio(samples, tau), abs=1e-9)
+    assert mean_ratio(samples, tau) == pytest.approx(0.5, abs=0.02)
+
+
+def test_a_model_whose_layers_all_slide_has_nothing_to_prune(tok):
+    model = build("ministral", len(tok))  # both layers sliding
+    with pytest.raises(NotImplementedError, match="every layer of this ministral model is sliding-window"):
         with KVzapPress(KnormPress(), threshold=0.0)(model):
-            model(ids)
+            pass
 
 
-def test_pruned_attention_refuses_soft_capping(tok):
-    """Gemma 2 with only full-attention layers reaches a pruned cache, whose attention has no soft-cap."""
-    model = build("gemma2", len(tok), layer_types=["full_attention"] * 2)
+@pytest.mark.parametrize("model_type, what", [("gemma2", "soft-capped logits"), ("gpt_oss", "attention sinks")])
+def test_hybrid_full_layers_with_soft_capping_or_sinks_are_refused(model_type, what, tok):
+    model = build_hybrid(model_type, len(tok))
     ids = tok(TEXT[:100], return_tensors="pt").input_ids
-    with pytest.raises(NotImplementedError, match="Gemma2Attention uses soft-capped logits"):
+    with pytest.raises(NotImplementedError, match=f"uses {what}"):
         _generate(model, ids, KVzapPress(KnormPress(), threshold=0.0, window=8))
 
 

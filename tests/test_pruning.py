@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import functools
 import math
 
 import pytest
@@ -46,7 +47,7 @@ FAMILIES = {
     "llama": (LlamaConfig, LlamaForCausalLM),
     "qwen2": (Qwen2Config, Qwen2ForCausalLM),
     "qwen3": (Qwen3Config, Qwen3ForCausalLM),
-    "mistral": (MistralConfig, MistralForCausalLM),
+    "mistral": (functools.partial(MistralConfig, sliding_window=None), MistralForCausalLM),  # as v0.2+ ship
 }
 
 
@@ -213,9 +214,9 @@ def test_bad_arguments_are_refused(surrogate, kwargs, match):
         KVzapPress(_scorer(surrogate), **kwargs)
 
 
-def test_sliding_window_cache_is_refused(surrogate):
-    model = _model("mistral", sliding_window=32)
-    with pytest.raises(TypeError, match="full-attention layers"):
+def test_a_model_whose_every_layer_slides_is_refused(surrogate):
+    model = _model("mistral", sliding_window=32)  # Mistral-7B v0.1's layout
+    with pytest.raises(NotImplementedError, match="every layer of this mistral model is sliding-window"):
         with KVzapPress(_scorer(surrogate), threshold=0.0)(model):
             model.generate(_tokens(40), max_new_tokens=2, pad_token_id=0)
 

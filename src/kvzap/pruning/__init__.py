@@ -25,7 +25,7 @@ Usage (pruning happens after each attention op, in prefill and, with decoding=Tr
     with press(model):
         out = model.generate(input_ids, max_new_tokens=256)      # greedy or sampling
     press.compression_ratio     # fraction of entries removed, mean over layers (kvpress DMSPress's)
-    press.layer_ratios, press.head_ratio_table, press.sample_ratios   # (layers,), (layers, H), (B,)
+    press.layer_ratios, press.head_ratio_table, press.sample_ratios   # (pruned layers,), (.., H), (B,)
 
     pipe = pipeline("kv-press-text-generation", model=model, tokenizer=tokenizer)
     pipe(context, question=question, press=KVzapPress(path, threshold=-4.0))   # prefill-only pruning
@@ -36,8 +36,10 @@ Entering the press checks the model (kvzap.pruning.entry: a causal LM, loaded fl
 other press active: presses do not nest) and selects the "kvzap" attention implementation; leaving restores
 the model, except that "kvzap" stays selected after a block that pruned a cache: pruned caches outlive the
 `with` block (the pipeline answers questions after it), and for dense caches it is sdpa. The caller's
-surrogate is never cast in place. Batch rows must be unpadded (a padded prefill is refused); beam search is
-not supported. Forwards with gradients enabled work; a backward through a pruned cache is refused.
+surrogate is never cast in place. Padded batches work (left padding, and right padding in plain forwards); beam
+search is refused. On hybrid models (Gemma 3, OLMo 3, ...) only the full-attention layers are pruned and counted
+in the ratios; sliding-window layers keep transformers' bounded cache (`held_kv_bytes(cache)` counts all).
+Forwards with gradients enabled work; a backward through a pruned cache is refused.
 Attention over a pruned layer is segment attention (kvzap.pruning.segments): each (batch, kv-head) row's
 query heads read only that row's kept entries, so memory and time follow the kept cache.
 

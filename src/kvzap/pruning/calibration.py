@@ -56,7 +56,7 @@ def collect_scores(model, input_ids: list[torch.Tensor], scorer, window: int = 1
     for ids in input_ids:
         recorder = _ScoreRecorder(scorer, window=window)
         with recorder(model):
-            model.model(input_ids=ids.to(model.device), past_key_values=DynamicCache())
+            model.model(input_ids=ids.to(model.device), past_key_values=DynamicCache(config=model.config))
         entries = ids.shape[1] * model.config.num_key_value_heads
         samples.append(ScoreSample(recorder.judged, entries))
     return samples

@@ -3,10 +3,11 @@
 Entry refuses, before anything on the model changes, what would otherwise fail deep inside a forward or prune
 silently wrong: something that is not a causal LM, weights not loaded (meta) or not floating point, and a
 press already active on the model (presses do not nest: two hooks would judge the same tokens under two
-rules). The cache is only known at the first forward, where the press refuses any but a full-attention
-DynamicCache. Leaving restores what kvpress's `BasePress`
-and the "kvzap" attention changed: the attention implementation (unless the block left a pruned cache, which
-only that implementation can read) and the `rotary_emb` attribute kvpress puts on every attention module.
+rules). The cache is only known at the first forward, where the press prunes the full-attention layers of a
+DynamicCache (a hybrid model's sliding-window layers keep their own bounded cache, kvzap.layer_types).
+Leaving restores what kvpress's `BasePress` and the "kvzap" attention changed: the attention implementation (unless
+the block left a pruned cache, which only that implementation can read) and the `rotary_emb` attribute kvpress puts
+on every attention module.
 """
 
 from __future__ import annotations

@@ -19,6 +19,7 @@ from kvpress.presses.base_press import BasePress
 from torch import nn
 from transformers.cache_utils import DynamicLayer
 
+from kvzap.layer_types import pruned_layers
 from kvzap.pruning.attention import use_kvzap_attention
 from kvzap.pruning.cache import JudgedLayer, MaskedLayer, PrunedLayer, left_layout, prefill_padding, removed_fraction
 from kvzap.pruning.chunked import check_chunk, chunked_prefill
@@ -52,6 +53,8 @@ class WindowedPress(BasePress):
     removed_counts: dict[int, tuple[torch.Tensor, int, torch.Tensor]] = field(
         default_factory=dict, init=False, repr=False
     )
+    # the decoder layers with a full-attention cache: the only ones judged (sliding layers keep their own window)
+    pruned: frozenset[int] = field(default=frozenset(), init=False, repr=False)
     _judging_chunks: bool = field(default=False, init=False, repr=False)
     _active: bool = field(default=False, init=False, repr=False)
     _pruned: bool = field(default=False, init=False, repr=False)
@@ -78,6 +81,14 @@ class WindowedPress(BasePress):
         raise NotImplementedError
 
     def post_init_from_model(self, model):
+        layers = pruned_layers(model.config)
+        if not layers:
+            raise NotImplementedError(
+                f"{type(self).__name__}: every layer of this {model.config.model_type} model is sliding-window "
+                "attention, whose cache is already bounded: there is no full-attention layer to prune (for prompts "
+                "shorter than the window, full attention is the same model: set config.sliding_window = None)."
+            )
+        self.pruned = frozenset(layers)
         self.scorer.post_init_from_model(model)
         use_kvzap_attention(model)
 
@@ -113,11 +124,11 @@ class WindowedPress(BasePress):
         hidden_states = kwargs["hidden_states"]  # (B, T, D), the attention input
         cache, idx = kwargs.get("past_key_values"), module.layer_idx
         length = hidden_states.shape[1]
-        if cache is None:  # use_cache=False: nothing is kept, so nothing to prune
+        if cache is None or idx not in self.pruned:  # nothing kept, or a sliding layer (bounded by its window)
             return output
         if not isinstance(cache.layers[idx], JudgedLayer) and cache.layers[idx].get_seq_length() == length:
             # the prefill (its tokens alone in the cache), told without reading cache_position off the device
-            if idx == 0:
+            if idx == min(self.pruned):
                 self.removed_counts.clear()
             refuse_other_presses(self, module)
             dense = cache.layers[idx]
@@ -161,7 +172,8 @@ class WindowedPress(BasePress):
 
     @property
     def compression_ratio(self) -> float:
-        """Fraction of entries removed, mean over layers (kvpress DMSPress's definition)."""
+        """Fraction of entries removed, mean over the pruned layers (kvpress DMSPress's definition; a hybrid model's
+        sliding layers are not pruned and not counted: `kvzap.pruning.held_kv_bytes` gives the memory of all)."""
         return self.layer_ratios.mean().item()
 
     @compression_ratio.setter
@@ -170,12 +182,12 @@ class WindowedPress(BasePress):
 
     @property
     def layer_ratios(self) -> torch.Tensor:
-        """(layers,) fraction removed per layer, averaged over batch and kv-heads."""
+        """(pruned layers,) fraction removed per layer, averaged over batch and kv-heads."""
         return self.head_ratio_table.mean(-1)
 
     @property
     def head_ratio_table(self) -> torch.Tensor:
-        """(layers, H) fraction removed per layer and kv-head, averaged over the batch."""
+        """(pruned layers, H) fraction removed per layer and kv-head, averaged over the batch."""
         return self._table().mean(1)
 
     @property
