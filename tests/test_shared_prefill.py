@@ -8,11 +8,14 @@ import json
 import pandas as pd
 import pytest
 import torch
+from kvpress.presses.knorm_press import KnormPress
+from transformers import AutoConfig, AutoModelForCausalLM, DynamicCache
 
 from kvzap.evaluation import job, methods, presses, shared_prefill
+from kvzap.pruning import KVzapPress
 from kvzap.pruning.cache import PrunedLayer
 from kvzap.surrogate.model import Surrogate
-from tiny_models import TEXT, tiny_model, tiny_tokenizer
+from tiny_models import TEXT, TINY_SIZES, tiny_model, tiny_tokenizer
 
 # head_dim 32: AdaKV's masking (kvpress's fake keys) needs more dimensions than the usual tiny model's 16
 SHAPE = dict(hidden_size=128, num_attention_heads=4, num_key_value_heads=2, head_dim=32)
@@ -135,3 +138,27 @@ def test_bad_cells_and_batches_are_refused_with_the_fix(tmp_path, extra, message
     outs = [str(tmp_path / str(i)) for i in range(2)]
     with pytest.raises(SystemExit, match=message):
         job.evaluate(job.parse_args(argv + extra + ["--out", *outs]))
+
+
+def test_a_hybrid_model_shares_its_sliding_layers_across_cells():
+    """Gemma 3's layout: a sliding layer (window far shorter than the contexts) keeps its bounded cache, copied
+    for every row; the full layer holds each cell's kept entries. Answers equal the per-cell path's."""
+    tok = tiny_tokenizer()
+    hybrid = dict(sliding_window=8, layer_types=["sliding_attention", "full_attention"])
+    config = AutoConfig.for_model("gemma3_text", vocab_size=len(tok), **{**TINY_SIZES, **SHAPE, **hybrid})
+    config._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config).eval().requires_grad_(False)
+    rows = _rows()
+    cache = DynamicCache()
+    model(tok(rows.context[0], return_tensors="pt").input_ids, past_key_values=cache)
+    norms = cache.layers[1].keys.norm(dim=-1).flatten()  # Knorm's score is minus the key norm
+    taus = [-norms.quantile(q).item() for q in (0.8, 0.5, 0.2)]
+    cells = [None] + [KVzapPress(KnormPress(), threshold=tau, window=4) for tau in taus]
+    reference = [job.run_greedy(model, tok, rows, press) for press in cells]
+    shared = shared_prefill.run_greedy_shared(model, tok, rows, cells, decode_batch=3)
+    for alone, together in zip(reference, shared):
+        assert together["prediction"].tolist() == alone["prediction"].tolist()
+        assert together["compression_ratio"].tolist() == pytest.approx(alone["compression_ratio"].tolist())
+    ratios = [frame["compression_ratio"].mean() for frame in shared]
+    assert ratios[0] == 0 and 0.05 < ratios[1] < ratios[2] < ratios[3] < 0.95, ratios

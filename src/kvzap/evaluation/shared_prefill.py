@@ -7,10 +7,14 @@ press choose its kept entries from it by calling the press's own hook on the rec
 decodes the question and answer of all cells as one batch whose row i holds cell i's kept entries
 (`PrunedLayer.from_rows`): same prompt, same positions, no padding. The per-cell path (`job.run_greedy`, kvpress's
 pipeline) stays the reference; the greedy answers agree with it (tests/test_shared_prefill.py).
+
+On hybrid models the sliding-window layers are the same for every cell (no press touches them): the prefill keeps
+transformers' bounded layer, and every row of the batch gets a copy of it.
 """
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 
 import pandas as pd
@@ -19,6 +23,7 @@ from tqdm import tqdm
 from transformers import DynamicCache, pipeline
 from transformers.cache_utils import DynamicLayer
 
+from kvzap.layer_types import skipped_layers
 from kvzap.oracle.scores import attention_modules
 from kvzap.pruning.attention import use_kvzap_attention
 from kvzap.pruning.cache import JudgedLayer, PrunedLayer
@@ -27,15 +32,13 @@ from kvzap.pruning.cache import JudgedLayer, PrunedLayer
 @dataclass
 class Prefill:
     """One context's prefill: per layer, the attention module's keyword arguments (its input h, positions, mask)
-    and the dense keys and values (1, H, T, D) it cached."""
+    and the dense keys and values (1, H, T, D) it cached; sliding layers' bounded cache layers, by index."""
 
     kwargs: list[dict]
     keys: list[torch.Tensor]
     values: list[torch.Tensor]
-
-    @property
-    def length(self) -> int:
-        return self.keys[0].shape[-2]
+    sliding: dict[int, DynamicLayer]
+    length: int
 
 
 @torch.no_grad()
@@ -47,13 +50,15 @@ def record(model, context_ids: torch.Tensor) -> Prefill:
         kwargs.append({k: v for k, v in layer_kwargs.items() if k != "past_key_values"})
 
     hooks = [m.register_forward_hook(keep, with_kwargs=True) for m in attention_modules(model)]
-    cache = DynamicCache()
+    cache = DynamicCache(config=model.config)
     try:
         model.model(input_ids=context_ids, past_key_values=cache)
     finally:
         for hook in hooks:
             hook.remove()
-    return Prefill(kwargs, [layer.keys for layer in cache.layers], [layer.values for layer in cache.layers])
+    keys, values = [layer.keys for layer in cache.layers], [layer.values for layer in cache.layers]
+    sliding = {i: cache.layers[i] for i in skipped_layers(model.config)}
+    return Prefill(kwargs, keys, values, sliding, context_ids.shape[1])
 
 
 def _dense_layer(keys: torch.Tensor, values: torch.Tensor) -> DynamicLayer:
@@ -85,16 +90,23 @@ def _rows(layer, module) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
 
 @torch.no_grad()
 def kept_rows(model, prefill: Prefill, press) -> tuple[list, float]:
-    """Per layer, the kept rows of one cell (its press's hook run on the recorded prefill), and the cell's
-    compression ratio as the per-cell path reads it (0 for the full cache)."""
+    """Per layer, the kept rows of one cell (its press's hook run on the recorded prefill; None for a sliding
+    layer, which no press prunes), and the cell's compression ratio as the per-cell path reads it (0 for the full
+    cache)."""
     modules = attention_modules(model)
     if press is None:
-        return [(list(k[0]), list(v[0])) for k, v in zip(prefill.keys, prefill.values)], 0.0
+        return [
+            None if i in prefill.sliding else (list(k[0]), list(v[0]))
+            for i, (k, v) in enumerate(zip(prefill.keys, prefill.values))
+        ], 0.0
     cache = DynamicCache()
     cache.layers = [_dense_layer(k, v) for k, v in zip(prefill.keys, prefill.values)]
     rows = []
     with press(model):
         for module, kwargs in zip(modules, prefill.kwargs):
+            if module.layer_idx in prefill.sliding:
+                rows.append(None)
+                continue
             module.masked_key_indices = None
             press.forward_hook(module, (), {**kwargs, "past_key_values": cache}, (None, None))
             rows.append(_rows(cache.layers[module.layer_idx], module))
@@ -102,23 +114,36 @@ def kept_rows(model, prefill: Prefill, press) -> tuple[list, float]:
     return rows, float(press.compression_ratio)
 
 
-def batched_cache(cells: list[list], heads: int, seen: int) -> DynamicCache:
-    """One cache whose batch row i holds cell i's kept entries, layer by layer."""
+def batched_cache(cells: list[list], heads: int, prefill: Prefill) -> DynamicCache:
+    """One cache whose batch row i holds cell i's kept entries, layer by layer (a sliding layer: its bounded
+    prefill layer, repeated for every row)."""
     cache = DynamicCache()
     cache.layers = [
-        PrunedLayer.from_rows(
-            [k for cell in cells for k in cell[layer][0]], [v for cell in cells for v in cell[layer][1]], heads, seen
+        _repeated(prefill.sliding[layer], len(cells))
+        if layer in prefill.sliding
+        else PrunedLayer.from_rows(
+            [k for cell in cells for k in cell[layer][0]],
+            [v for cell in cells for v in cell[layer][1]],
+            heads,
+            prefill.length,
         )
         for layer in range(len(cells[0]))
     ]
     return cache
 
 
+def _repeated(layer: DynamicLayer, batch: int) -> DynamicLayer:
+    """A copy of a one-sample dense layer with `batch` rows (the prefill's own layer is left as it is)."""
+    rows = copy.copy(layer)
+    rows.batch_repeat_interleave(batch)
+    return rows
+
+
 @torch.no_grad()
 def decode(model, cache, question_ids: torch.Tensor, context_length: int, max_new_tokens: int) -> list[list[int]]:
     """Greedy answers of every row, as kvpress's pipeline decodes one: the question at positions after the
     context, then one token at a time until an end-of-sequence token (kept) or max_new_tokens."""
-    batch = cache.layers[0].removed_shape[0]
+    batch = next(layer for layer in cache.layers if isinstance(layer, PrunedLayer)).removed_shape[0]
     positions = torch.arange(context_length, context_length + question_ids.shape[1], device=model.device)
     positions = positions.expand(batch, -1)
     logits = model(
@@ -159,7 +184,7 @@ def run_greedy_shared(
         prefill = record(model, context_ids)
         for first in range(0, len(presses), decode_batch):
             chosen = [kept_rows(model, prefill, press) for press in presses[first : first + decode_batch]]
-            cache = batched_cache([rows_ for rows_, _ in chosen], heads, prefill.length)
+            cache = batched_cache([rows_ for rows_, _ in chosen], heads, prefill)
             answers = decode(
                 model, cache, inputs["questions_ids"][0].to(model.device), prefill.length, int(row.max_new_tokens)
             )
