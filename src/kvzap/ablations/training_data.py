@@ -9,6 +9,7 @@ a prefill's scores do not depend on tau or on the surrogate (see kvzap.pruning.c
 calibrated from the same record. The full cache is scored once, as the reference. Each surrogate's R^2 is also
 measured on the benchmark's own contexts (the oracle run on one context in four, every token): a fit that holds
 on held-out training text may not carry over to the text being pruned. Every number has its 95 % interval.
+Hybrid models: R^2 and calibration are over the pruned (full-attention) layers only, those the oracle scores.
 
     python -m kvzap.ablations.training_data --data results/<model>/oracle --model results/<model>/model.json \
         --sizes 7500 30000 100000 --sources all essays=essays --out results/<model>/ablations/training_pairs.json ...
@@ -28,6 +29,7 @@ from transformers import DynamicCache
 from kvzap.atomic import atomic_write_json
 from kvzap.evaluation.job import greedy_summary
 from kvzap.evaluation.suites import benchmark_module
+from kvzap.layer_types import pruned_layers
 from kvzap.oracle.scores import build_repeat_prompt, oracle_scores
 from kvzap.oracle.shards import ShardRows
 from kvzap.prepare import models
@@ -68,15 +70,16 @@ def selections(folder: Path, sources: dict[str, list[str] | None], sizes: list[i
 
 @torch.no_grad()
 def attention_inputs(model, contexts: list[torch.Tensor]) -> list[list[torch.Tensor]]:
-    """Per context (1, T) ids, the attention input h (T, D) of every layer, from one plain prefill."""
+    """Per context (1, T) ids, the attention input h (T, D) of every pruned layer (a hybrid's sliding-window layers
+    are never judged), in order, from one plain prefill."""
     records = []
     for ids in tqdm(contexts, desc="record attention inputs"):
         layers = []
         hooks = [
-            layer.self_attn.register_forward_hook(
+            model.model.layers[i].self_attn.register_forward_hook(
                 lambda module, args, kwargs, output: layers.append(kwargs["hidden_states"][0].clone()), with_kwargs=True
             )
-            for layer in model.model.layers
+            for i in pruned_layers(model.config)
         ]
         try:
             model.model(input_ids=ids.to(model.device), past_key_values=DynamicCache())
@@ -102,10 +105,14 @@ def benchmark_pairs(model, tokenizer, contexts: list[str]) -> tuple[torch.Tensor
 
 @torch.no_grad()
 def score_samples(surrogate, records: list[list[torch.Tensor]]) -> list[ScoreSample]:
-    """What a prefill under KVzapPress would judge: each layer's scores of the tokens that leave the window."""
+    """What a prefill under KVzapPress would judge: each pruned layer's scores of the tokens that leave the window
+    (`records` from attention_inputs, for the layers the surrogate scores)."""
     samples = []
     for layers in records:
-        scores = [surrogate.score_layer(i, h[None].float())[0, :, :-WINDOW].flatten() for i, h in enumerate(layers)]
+        scores = [
+            surrogate.score_layer(i, h[None].float())[0, :, :-WINDOW].flatten()
+            for i, h in zip(surrogate.scored, layers, strict=True)
+        ]
         samples.append(ScoreSample(scores, layers[0].shape[0] * surrogate.output_dim))
     return samples
 

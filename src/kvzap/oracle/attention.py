@@ -8,6 +8,11 @@ loaded with (same masks, same kernel), so the forward and every later layer run 
 
 A forward pre-hook on each attention module keeps its input h (for ||h_j|| and the surrogate's inputs); W_O
 per query head is read from the module's output projection, found by name.
+
+Hybrid models (Gemma 2/3, gpt-oss, Cohere 2, OLMo 3, Ministral, EXAONE 4...): their sliding-window (and chunked)
+layers keep their own bounded cache, so KVzap never scores, trains or prunes them (kvzap.layer_types); the scorer
+hooks and scores only the full-attention layers. The sliding layers still run, with the window mask transformers
+builds for them from the config, so every later layer sees the model's own hidden states.
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ from torch import nn
 from transformers import AttentionInterface, PreTrainedModel
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+from kvzap.layer_types import BOUNDED, pruned_layers
 
 ATTENTION_NAMES = ("self_attn", "attention", "self_attention", "attn")  # a decoder layer's attention submodule
 OUTPUT_NAMES = ("o_proj", "dense", "out_proj", "c_proj", "wo")  # an attention module's output projection
@@ -59,7 +66,7 @@ def _refusal(model: PreTrainedModel, reason: str) -> str:
 def _recurrent_reason(config) -> str | None:
     """Why the config has layers without a KV cache (linear attention, state-space), or None."""
     layer_types = getattr(config, "layer_types", None) or []
-    other = sorted({t for t in layer_types if t not in ("full_attention", "sliding_attention")})
+    other = sorted({t for t in layer_types if t not in ("full_attention", *BOUNDED)})
     if other:
         return f"its layers of type {', '.join(other)} keep a recurrent state, not a KV cache"
     fields = [k for k in config.to_dict() if k.startswith(("mamba", "ssm", "linear_", "layers_block_type"))]
@@ -78,8 +85,13 @@ def check_family(model: PreTrainedModel) -> None:
     reason = _recurrent_reason(config)
     if reason:
         raise NotImplementedError(_refusal(model, reason))
-    for module in attention_modules(model):
-        output_projection(model, module)
+    layers = pruned_layers(config)
+    if not layers:
+        reason = "every layer is sliding-window (or chunked) attention, whose bounded cache KVzap leaves alone"
+        raise NotImplementedError(_refusal(model, reason + ", so no full-attention layer is left to score"))
+    modules = attention_modules(model)
+    for i in layers:
+        output_projection(model, modules[i])
     if not model._can_set_attn_implementation():
         raise NotImplementedError(_refusal(model, "its attention does not go through transformers' AttentionInterface"))
 
@@ -96,14 +108,16 @@ def output_projection(model: PreTrainedModel, module: nn.Module) -> torch.Tensor
 
 
 class LayerScorer:
-    """Oracle state across the forwards of one prompt. During the user-turn prefill (`scored` None) it keeps the
-    attention inputs at `keep_positions` (and with `keep_kv` the keys and values the attention received
-    there); during a repeat forward it scores the context positions `scored` by the last `n_repeat` queries."""
+    """Oracle state across the forwards of one prompt, for the full-attention `layers` only (decoder indices).
+    During the user-turn prefill (`scored` None) it keeps the attention inputs at `keep_positions` (and with
+    `keep_kv` the keys and values the attention received there); during a repeat forward it scores the context
+    positions `scored` by the last `n_repeat` queries."""
 
     def __init__(self, model: PreTrainedModel, context: slice, query_chunk: int, keep_positions, keep_kv: bool):
-        self.modules = attention_modules(model)
-        self.index = {module: i for i, module in enumerate(self.modules)}
-        self.w_o = [output_projection(model, m) for m in self.modules]
+        self.layers = pruned_layers(model.config)
+        every = attention_modules(model)
+        self.index = {every[i]: i for i in self.layers}  # the modules the hooks and the attention function watch
+        self.w_o = {i: output_projection(model, every[i]) for i in self.layers}
         self.query_chunk, self.keep_positions, self.keep_kv = query_chunk, keep_positions, keep_kv
         self.context_start, self.n_ctx = context.start, context.stop - context.start
         self.scored: slice | None = None
@@ -222,7 +236,7 @@ def scoring(model: PreTrainedModel, scorer: LayerScorer) -> Iterator[None]:
     """While active, every forward of `model` feeds `scorer`; the attention implementation is restored after."""
     original = model.config._attn_implementation
     name = _register(original)
-    hooks = [m.register_forward_pre_hook(scorer.keep_input, with_kwargs=True) for m in scorer.modules]
+    hooks = [m.register_forward_pre_hook(scorer.keep_input, with_kwargs=True) for m in scorer.index]
     token = _ACTIVE.set(scorer)
     try:
         model.set_attn_implementation(name)

@@ -3,7 +3,7 @@
 Layout of `out_dir` (one folder per split):
     settings.json                  everything that determines the shards (model revision and dtype, the
                                    prompts' sha256, sampling, seed...); a mismatch restarts from scratch
-    shard-00000.safetensors        h (N, L, D) in the model's dtype, y (N, L, H) float32,
+    shard-00000.safetensors        h (N, L, D) in the model's dtype, y (N, L, H) float32 (L: the scored layers),
     ...                            prompt (N,) int64 = prompt index in the split; with --store-kv also
                                    kv (N, L, H, 2*head_dim) = [key; value] as cached, in the model's dtype;
                                    format and checksum: kvzap.oracle.shards
@@ -12,6 +12,11 @@ Layout of `out_dir` (one folder per split):
 RAM holds at most one shard; a killed run resumes after the last complete shard (shards are written
 atomically). Token sampling is seeded per prompt, so reruns and resumes sample the same tokens.
 Non-finite hidden states or scores stop the collection, naming the prompt; its pairs are never written.
+
+Hybrid models: the shards hold the full-attention layers only (the oracle skips the sliding-window layers, whose
+bounded cache KVzap leaves alone; kvzap.oracle.scores). The manifest's n_layers stays the decoder's total and
+"layers" lists the scored layers' indices; both it and the settings' "skipped_layers" appear only when some layer
+is skipped, so models without skipped layers keep the manifests, settings and params_hash they always had.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import torch
 from tqdm import tqdm
 
 from kvzap.atomic import atomic_write_json
+from kvzap.layer_types import pruned_layers, skipped_layers
 from kvzap.oracle import corpus
 from kvzap.oracle.scores import build_repeat_prompt, oracle_scores
 from kvzap.oracle.shards import shard_record, write_shard
@@ -71,9 +77,11 @@ def _shard_settings(
     store_kv: bool,
 ) -> dict:
     """The caller's settings plus everything else the shards depend on: resuming requires all of it unchanged.
-    `store_kv` is recorded only when on, so collections without kv keep the settings (and params_hash) they
-    always had, and switching it either way restarts the collection."""
+    `store_kv` and the skipped layers are recorded only when on / not empty, so other collections keep the settings
+    (and params_hash) they always had, and a change either way (e.g. shards of every layer, collected before
+    sliding layers were skipped) restarts the collection."""
     texts = hashlib.sha256("\0".join(prompt.text for prompt in prompts).encode()).hexdigest()
+    skipped = skipped_layers(model.config)
     return {
         **settings,
         "model_id": model_record["model_id"],
@@ -85,6 +93,7 @@ def _shard_settings(
         "shard_tokens": shard_tokens,
         "seed": seed,
         **({"store_kv": True} if store_kv else {}),
+        **({"skipped_layers": skipped} if skipped else {}),
     }
 
 
@@ -150,6 +159,7 @@ def collect_split(
     manifest = {
         **stamp(settings, model_record, seed),
         "n_layers": config.num_hidden_layers,
+        **({"layers": pruned_layers(config)} if skipped_layers(config) else {}),  # scored, when some are skipped
         "hidden_size": config.hidden_size,
         "n_kv_heads": config.num_key_value_heads,
         "dtype": settings["model_dtype"],

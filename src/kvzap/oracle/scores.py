@@ -8,6 +8,12 @@ chunks and then computes the output with the implementation the model was loaded
 query path is re-implemented and peak extra memory per layer is O(query_chunk x sequence) instead of the
 full (heads x repeat x prompt) attention tensor.
 
+Only the full-attention layers are scored (kvzap.layer_types.pruned_layers): a hybrid model's sliding-window
+layers keep their own bounded cache, which KVzap leaves alone, so they are "skipped layers", with no scores and
+no surrogate inputs. The forward still runs them as the model does: the cache here is a DynamicCache of full
+layers (so it can be cropped between chunks), but transformers builds each sliding layer's window mask from the
+config, so a window shorter than the prompt gives the hidden states the model's own sliding cache would.
+
 For a context token i and a query j of its repetition (per query head, softmax over every key j sees):
     KVzip   s_i  = max_j a_ji
     KVzip+  s+_i = max_j a_ji * ||W_O^h v_i|| / ||h_j||        (W_O^h: the o_proj columns of query head h)
@@ -71,6 +77,9 @@ class RepeatPrompt:
 
 @dataclass
 class OracleScores:
+    """Over the scored (full-attention) layers only, in decoder order: L = len(layers)."""
+
+    layers: list[int]  # decoder layer index of each row
     kvzip: torch.Tensor  # (L, H_kv, C) attention weights in [0, 1]
     kvzip_plus_log: torch.Tensor  # (L, H_kv, C) natural log of KVzip+
     hidden: torch.Tensor | None  # (L, n, D) attention inputs at the requested context positions
@@ -177,16 +186,6 @@ def repeat_chunks(
     return chunks
 
 
-def _sliding_window(config) -> int | None:
-    """The window of the config's sliding layers; None when no layer slides (Qwen2-MoE stores 0 for "off",
-    Qwen2 None, and hybrids list their layers' types)."""
-    window = getattr(config, "sliding_window", None)
-    layer_types = getattr(config, "layer_types", None)
-    if not window or (layer_types and "sliding_attention" not in layer_types):
-        return None
-    return window
-
-
 @torch.no_grad()
 def oracle_scores(
     model: PreTrainedModel,
@@ -196,36 +195,31 @@ def oracle_scores(
     chunk_tokens: int | None = CHUNK_TOKENS,
     keep_kv: bool = False,
 ) -> OracleScores:
-    """Score every (layer, kv-head, context token); optionally keep the attention inputs at `keep_positions`
-    (indices into the context span), which are the surrogate's training inputs, and with `keep_kv` the
-    cached keys and values there (the inputs of the paper's (k, v) surrogate ablation). `chunk_tokens=None`
+    """Score every (full-attention layer, kv-head, context token); optionally keep the attention inputs at
+    `keep_positions` (indices into the context span), which are the surrogate's training inputs, and with `keep_kv`
+    the cached keys and values there (the inputs of the paper's (k, v) surrogate ablation). `chunk_tokens=None`
     repeats the whole context in one forward (kvpress's data.py definition) whatever its length."""
     if keep_kv and keep_positions is None:
         raise ValueError("keep_kv=True needs keep_positions: the keys and values are kept at those context positions.")
     check_family(model)
     ids, ctx = prompt.input_ids, prompt.context
     chunks = repeat_chunks(prompt, chunk_tokens)
-    window = _sliding_window(model.config)
-    if window is not None and ctx.stop + max(len(c) for c, _, _ in chunks) > window:
-        raise ValueError(
-            f"Sliding-window attention ({window} tokens) is shorter than the repeat prompt: "
-            "the oracle's full-softmax attention weights would not be the model's."
-        )
     scorer = LayerScorer(model, ctx, query_chunk, keep_positions, keep_kv)
     device = next(model.parameters()).device
-    cache = DynamicCache()  # full-attention layers whatever the config, so crop() always applies
+    cache = DynamicCache()  # full layers whatever the config, so crop() applies; sliding layers' masks keep the window
     with scoring(model, scorer):
         decoder(model)(input_ids=ids[:, : ctx.stop].to(device), past_key_values=cache, use_cache=True)
         for chunk_ids, scorer.scored, scorer.n_repeat in chunks:
             decoder(model)(input_ids=chunk_ids[None].to(device), past_key_values=cache, use_cache=True)
             cache.crop(ctx.stop)
-    layers = range(len(scorer.modules))
+    layers = scorer.layers
     if any(i not in scorer.kvzip for i in layers):
         raise NotImplementedError(
             f"The KVzap oracle cannot score {model.config.model_type} models: some attention layers never called "
             "transformers' attention function."
         )
     return OracleScores(
+        layers=list(layers),
         kvzip=torch.stack([scorer.kvzip[i] for i in layers]),
         kvzip_plus_log=torch.stack([scorer.plus_log[i] for i in layers]),
         hidden=torch.stack([scorer.hidden[i] for i in layers]) if keep_positions is not None else None,

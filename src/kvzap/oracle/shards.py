@@ -149,6 +149,10 @@ class ShardRows:
             if _sha256({name: array.view(np.uint8) for name, (array, _) in maps.items()}) != record["sha256"]:
                 raise _corrupt(path, "its tensor data does not match the sha256 in its header")
 
+    def row_shape(self, name: str) -> tuple[int, ...]:
+        """The shape of one row of tensor `name`, read from the first shard's header (gather assumes all agree)."""
+        return tuple(self._maps[0][name][0].shape[1:])
+
     def gather(self, name: str, index: np.ndarray | torch.Tensor) -> torch.Tensor:
         """Rows `index` (global, any order) of tensor `name`, in that order."""
         index = np.asarray(index, dtype=np.int64)

@@ -193,8 +193,17 @@ def threshold_vs_topk(results: pd.DataFrame, spec: dict, out: Path) -> None:
     tradeoff(results, {**spec, "title": spec.get("title", "Thresholding vs fixed top-k")}, out)
 
 
+def _by_layer(values: torch.Tensor, layers: torch.Tensor) -> torch.Tensor:
+    """(scored layers, heads) -> (heads, decoder layers up to the last scored), NaN (blank) at skipped layers."""
+    grid = torch.full((values.shape[1], int(layers.max()) + 1), float("nan"))
+    grid[:, layers] = values.T.float()
+    return grid
+
+
 def surrogate_fit(spec: dict, out: Path, surrogates: list[tuple[str, Path, Path]]) -> None:
-    """Per model (its linear and MLP surrogate folders): held-out scores, per-head R^2 of both, layer shares."""
+    """Per model (its linear and MLP surrogate folders): held-out scores, per-head R^2 of both, layer shares.
+    Layers are labelled by their decoder index; a hybrid's skipped (sliding-window) layers have no R^2 and no
+    scores, so they are gaps."""
     fig, axes = plt.subplots(len(surrogates), 4, figsize=(18, 4.4 * len(surrogates)), squeeze=False)
     for row, (model, linear, mlp) in zip(axes, surrogates):
         metrics = {
@@ -202,6 +211,7 @@ def surrogate_fit(spec: dict, out: Path, surrogates: list[tuple[str, Path, Path]
             for kind, folder in (("linear", linear), ("mlp", mlp))
         }
         r2 = {kind: torch.tensor(m["r2"]) for kind, m in metrics.items()}
+        layers = torch.tensor(metrics["mlp"].get("layers", list(range(len(r2["mlp"])))))  # older metrics: all
         (x_low, x_high), (y_low, y_high) = metrics["mlp"]["r2_mean_ci"], metrics["linear"]["r2_mean_ci"]
         y_true = load_file(str(mlp / "test_predictions.safetensors"))["y_true"]  # (N, L, H)
         row[0].hist(y_true.flatten().numpy(), bins=80, color="#76b900")
@@ -210,7 +220,7 @@ def surrogate_fit(spec: dict, out: Path, surrogates: list[tuple[str, Path, Path]
             r2["mlp"].flatten(),
             r2["linear"].flatten(),
             s=6,
-            c=torch.arange(r2["mlp"].shape[0]).repeat_interleave(r2["mlp"].shape[1]),
+            c=layers.repeat_interleave(r2["mlp"].shape[1]),
             cmap="viridis",
         )
         row[1].plot([0, 1], [0, 1], "k--", lw=0.8)
@@ -232,9 +242,9 @@ def surrogate_fit(spec: dict, out: Path, surrogates: list[tuple[str, Path, Path]
             ylabel="Linear",
         )
         below = (y_true < y_true.flatten().median()).float().mean(dim=(0, 2))
-        row[2].bar(range(len(below)), below.numpy(), color="#1f6f3f")
+        row[2].bar(layers.numpy(), below.numpy(), color="#1f6f3f")
         row[2].set(title="share of KV pairs\nbelow the median score", xlabel="layer")
-        image = row[3].imshow(r2["mlp"].T.numpy(), aspect="auto", cmap="viridis", vmin=0, vmax=1)
+        image = row[3].imshow(_by_layer(r2["mlp"], layers).numpy(), aspect="auto", cmap="viridis", vmin=0, vmax=1)
         row[3].set(title="MLP R^2 per head", xlabel="layer", ylabel="KV head")
         for ax in (row[2], row[3]):  # layers and heads are counted: whole-number ticks only
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))

@@ -3,6 +3,12 @@
 Checkpoints use the `nvidia/KVzap-*` layout on the Hub (config.json with input_dim, output_dim, hidden_dim,
 n_modules; model.safetensors with `layers.{i}.weight` for linear, `layers.{i}.{0,2}.weight` for MLP), so
 kvpress's `KVzapModel.from_pretrained` loads ours and we load theirs. Safetensors only: nothing unpickles.
+
+Hybrid models: a sliding-window (or chunked) layer keeps its own bounded cache, which KVzap neither scores, trains
+nor prunes (kvzap.layer_types). The surrogate still has one module per decoder layer (kvpress indexes them by
+layer, and the `layers.{i}` layout stays as it is for every i), but a skipped layer's module is zero (it predicts
+0 and is never used), and config.json lists them as "skipped_layers" (absent for models without, so older
+checkpoints and nvidia/KVzap-* load unchanged).
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from kvzap import layer_types
 from kvzap.atomic import atomic_path, atomic_write_json
 
 CONFIG_NAME = "config.json"
@@ -71,15 +78,44 @@ def read_config(path: Path) -> dict:
             raise ValueError(f"Corrupt surrogate config {path}: {key} must be a positive integer, got {value!r}.")
     if not isinstance(config.get("base_model") or "", str):
         raise ValueError(f"Corrupt surrogate config {path}: base_model must be an id, not {config['base_model']!r}")
+    if not valid_skipped(config.get("skipped_layers", []), config["n_modules"]):
+        raise ValueError(
+            f"Corrupt surrogate config {path}: skipped_layers must be distinct layer indices below n_modules "
+            f"({config['n_modules']}), not all of them; got {config['skipped_layers']!r}."
+        )
     return config
 
 
-class Surrogate(nn.Module):
-    """`n_modules` independent per-layer regressors, linear (hidden_dim None) or D -> hidden -> GELU -> H."""
+def valid_skipped(skipped, n_modules: int) -> bool:
+    """Distinct layer indices in [0, n_modules), fewer than all: a surrogate predicts for at least one layer."""
+    return (
+        isinstance(skipped, (list, tuple))
+        and all(type(i) is int and 0 <= i < n_modules for i in skipped)
+        and len(set(skipped)) == len(skipped) < n_modules
+    )
 
-    def __init__(self, input_dim: int, output_dim: int, n_modules: int, hidden_dim: int | None = None):
+
+class Surrogate(nn.Module):
+    """`n_modules` independent per-layer regressors, linear (hidden_dim None) or D -> hidden -> GELU -> H; the
+    modules of `skipped_layers` (a hybrid's sliding-window layers) are zero, and `scored` lists the others."""
+
+    def __init__(
+        self,
+        input_dim: int,
+        output_dim: int,
+        n_modules: int,
+        hidden_dim: int | None = None,
+        skipped_layers: list[int] | tuple[int, ...] = (),
+    ):
         super().__init__()
+        if not valid_skipped(list(skipped_layers), n_modules):
+            raise ValueError(
+                f"skipped_layers {list(skipped_layers)} must be distinct layer indices below n_modules ({n_modules}), "
+                "not all of them."
+            )
         self.input_dim, self.output_dim, self.n_modules, self.hidden_dim = input_dim, output_dim, n_modules, hidden_dim
+        self.skipped_layers = sorted(skipped_layers)
+        self.scored = [i for i in range(n_modules) if i not in self.skipped_layers]
         self.base_model: str | None = None  # the model it was trained for (Hub id), when known
         if hidden_dim is None:
             self.layers = nn.ModuleList(nn.Linear(input_dim, output_dim) for _ in range(n_modules))
@@ -88,10 +124,14 @@ class Surrogate(nn.Module):
                 nn.Sequential(nn.Linear(input_dim, hidden_dim), nn.GELU(), nn.Linear(hidden_dim, output_dim))
                 for _ in range(n_modules)
             )
+        for i in self.skipped_layers:
+            for weight in self.layers[i].parameters():
+                nn.init.zeros_(weight)
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
-        """h: (N, n_modules, input_dim) -> (N, n_modules, output_dim)."""
-        return torch.stack([layer(h[:, i]) for i, layer in enumerate(self.layers)], dim=1)
+        """h: (N, len(scored), input_dim) -> (N, len(scored), output_dim), one row per scored layer as the oracle data
+        holds them (for a model without skipped layers, every layer: kvpress's KVzapModel.forward)."""
+        return torch.stack([self.layers[i](h[:, row]) for row, i in enumerate(self.scored)], dim=1)
 
     def score_layer(self, layer_idx: int, hidden_states: torch.Tensor) -> torch.Tensor:
         """hidden_states: (B, T, D) attention input of one layer -> (B, H, T) predicted log scores, computed in
@@ -114,6 +154,7 @@ class Surrogate(nn.Module):
             "output_dim": self.output_dim,
             "hidden_dim": self.hidden_dim,
             "n_modules": self.n_modules,
+            **({"skipped_layers": self.skipped_layers} if self.skipped_layers else {}),
             **({"base_model": self.base_model} if self.base_model else {}),
         }
 
@@ -141,7 +182,13 @@ class Surrogate(nn.Module):
                 if not (folder / name).is_file():
                     raise FileNotFoundError(f"Hub repository {name_or_path} has no {name}: is it a KVzap surrogate?")
         config = read_config(folder / CONFIG_NAME)
-        model = cls(config["input_dim"], config["output_dim"], config["n_modules"], config.get("hidden_dim"))
+        model = cls(
+            config["input_dim"],
+            config["output_dim"],
+            config["n_modules"],
+            config.get("hidden_dim"),
+            config.get("skipped_layers", []),
+        )
         try:
             state = load_file(str(folder / WEIGHTS_NAME))
         except (SafetensorError, OSError) as err:
@@ -161,8 +208,8 @@ class Surrogate(nn.Module):
     def check_matches(self, model_config, check_base_model: bool = True) -> None:
         """Fail early, naming both sides, when a surrogate was trained for another model.
 
-        Shapes always; then, with `check_base_model`, the surrogate's base model against the model's
-        identity (see `model_identity`), skipped where either is unknown.
+        Shapes and skipped (sliding-window) layers always; then, with `check_base_model`, the surrogate's base
+        model against the model's identity (see `model_identity`), skipped where either is unknown.
         """
         expected = (model_config.num_hidden_layers, model_config.hidden_size, model_config.num_key_value_heads)
         got = (self.n_modules, self.input_dim, self.output_dim)
@@ -170,6 +217,12 @@ class Surrogate(nn.Module):
             raise ValueError(
                 f"Surrogate (layers, input_dim, kv_heads) = {got} does not match the model's {expected}: "
                 "load the surrogate trained for this model."
+            )
+        sliding = layer_types.skipped_layers(model_config)
+        if self.skipped_layers != sliding:
+            raise ValueError(
+                f"Surrogate skips layers {self.skipped_layers}, but the model's sliding-window layers (which KVzap "
+                f"leaves alone) are {sliding}: load the surrogate trained for this model."
             )
         identity = model_identity(model_config)
         if check_base_model and self.base_model and identity and not same_model(self.base_model, identity):

@@ -12,6 +12,10 @@ equals an unbroken run. A non-finite loss, weight or ridge solution stops traini
 Shard checksums are verified before fitting (kvzap.oracle.shards).
 Fit quality: squared Pearson correlation per (layer, head) on the test prompts (the paper's Table 1), its mean
 with a 95 % bootstrap interval over test prompts.
+Hybrid models: the oracle data holds the full-attention layers only (its manifest's "layers"); both surrogates fit
+those, their R^2 and predictions are over those, and the sliding-window layers (which KVzap leaves alone) keep
+zero modules, recorded as the surrogate's skipped layers (kvzap.surrogate.model). metrics.json's "layers" names
+the decoder layer of each R^2 row.
 """
 
 from __future__ import annotations
@@ -46,6 +50,28 @@ def load_manifest(folder: Path) -> dict:
 
 def shards(folder: Path) -> list[Path]:
     return [folder / s["file"] for s in load_manifest(folder)["shards"]]
+
+
+def data_layers(manifest: dict) -> list[int]:
+    """The decoder layers the shards hold, in order: the scored ones of a hybrid model, else every layer."""
+    return manifest.get("layers", list(range(manifest["n_layers"])))
+
+
+def new_surrogate(manifest: dict, hidden_dim: int | None = None) -> Surrogate:
+    """An untrained surrogate for the model the oracle data comes from; layers the data lacks are skipped."""
+    layers = data_layers(manifest)
+    skipped = [i for i in range(manifest["n_layers"]) if i not in layers]
+    return Surrogate(manifest["hidden_size"], manifest["n_kv_heads"], manifest["n_layers"], hidden_dim, skipped)
+
+
+def _check_shapes(model: Surrogate, held: tuple[int, int, int], folder: Path) -> None:
+    """The shards hold (layers, hidden size, kv heads) as the manifest says, so rows map to the right modules."""
+    expected = (len(model.scored), model.input_dim, model.output_dim)
+    if tuple(held) != expected:
+        raise ValueError(
+            f"The shards of {folder} hold (layers, hidden size, kv heads) = {tuple(held)}, but its manifest says "
+            f"{expected}: rerun the oracle stage (kvzap.oracle.collect)."
+        )
 
 
 def device_default() -> torch.device:
@@ -97,6 +123,7 @@ def fit_ridge(
     """KVzap-Linear: one ridge per layer from h (D inputs) to the log scores of all its KV heads; `pairs` (global
     row indices) restricts the fit to those rows (a training-size ablation), else every row is used."""
     device = device or device_default()
+    model = new_surrogate(load_manifest(folder))
     paths = shards(folder)
     starts = ShardRows(paths).starts  # each shard's first global row
 
@@ -115,13 +142,12 @@ def fit_ridge(
             rows(read_shard(path), first) for path, first in zip(tqdm(paths, desc="ridge: accumulate"), starts)
         )
     )
-    weight, bias = ridge_solve(batches, alpha, folder)  # (L, D, H), (L, H)
-    n_layers, dim, heads = weight.shape
-    model = Surrogate(dim, heads, n_layers)
+    weight, bias = ridge_solve(batches, alpha, folder)  # (L, D, H), (L, H) over the data's layers
+    _check_shapes(model, weight.shape, folder)
     with torch.no_grad():
-        for i, layer in enumerate(model.layers):
-            layer.weight.copy_(weight[i].T.float())
-            layer.bias.copy_(bias[i].float())
+        for row, i in enumerate(model.scored):
+            model.layers[i].weight.copy_(weight[row].T.float())
+            model.layers[i].bias.copy_(bias[row].float())
     return model.eval().requires_grad_(False)
 
 
@@ -228,8 +254,7 @@ def fit_mlp(
     manifest = load_manifest(folder)
     rows = ShardRows(shards(folder))
     rows.verify()
-    dim, heads, n_layers = manifest["hidden_size"], manifest["n_kv_heads"], manifest["n_layers"]
-    hidden_dim = hidden_dim or dim // 8
+    hidden_dim = hidden_dim or manifest["hidden_size"] // 8
     run = {
         "kind": "mlp",
         "epochs": epochs,
@@ -246,12 +271,14 @@ def fit_mlp(
         },
     }
     torch.manual_seed(seed)
-    model = Surrogate(dim, heads, n_layers, hidden_dim)
+    model = new_surrogate(manifest, hidden_dim)
+    _check_shapes(model, (*rows.row_shape("h"), rows.row_shape("y")[-1]), folder)
     with torch.no_grad():  # start at the mean log-score (about -8) rather than spend epochs learning the offset
-        for layer, mean in zip(model.layers, _target_mean(rows)):
-            layer[2].bias.copy_(mean)
+        for i, mean in zip(model.scored, _target_mean(rows)):
+            model.layers[i][2].bias.copy_(mean)
     model.to(device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
+    trained = [weight for i in model.scored for weight in model.layers[i].parameters()]  # skipped modules stay zero
+    optimizer = torch.optim.AdamW(trained, lr=lr)
     scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=epochs)
     start, history, best = _load_checkpoint(out, run, model, optimizer, scheduler)
     pairs = np.arange(len(rows)) if pairs is None else pairs
@@ -397,7 +424,8 @@ def main() -> None:
         "kind": args.kind,
         "r2_mean": float(r2.mean()),
         "r2_mean_ci": list(r2_interval(y_true, y_pred, prompts)),
-        "r2": r2.tolist(),
+        "r2": r2.tolist(),  # one row per scored layer
+        "layers": model.scored,  # the decoder layer of each row
         "n_train_pairs": train_manifest["n_pairs"],
         "n_test_pairs": len(y_true),
         "history": history,
