@@ -21,7 +21,7 @@ from transformers.cache_utils import DynamicSlidingWindowLayer
 
 from kvzap.layer_types import pruned_layers
 from kvzap.oracle.scores import build_repeat_prompt, oracle_scores
-from kvzap.pruning import KVzapPress, PrunedLayer, held_kv_bytes
+from kvzap.pruning import KVzapPress, PrecomputedScorerPress, PrunedLayer, held_kv_bytes
 from kvzap.pruning.calibration import collect_scores, mean_ratio, threshold_for
 from tiny_models import TEXT, TINY_SIZES, tiny_tokenizer
 
@@ -332,3 +332,26 @@ def test_families_out_of_reach_are_refused_before_any_forward(model_type, tok):
     with pytest.raises(NotImplementedError, match=f"cannot score {model_type} models: .*{reason}"):
         oracle_scores(model, build_repeat_prompt(tok, TEXT[:100]))
     assert not forwards
+
+
+def test_hybrid_oracle_scores_drive_the_press(tok):
+    """The oracle's scores of a hybrid (its full layers only) prune those layers as KVzip+ would."""
+    model = build_hybrid("gemma3_text", len(tok))
+    prompt = build_repeat_prompt(tok, TEXT[:300])
+    scores = oracle_scores(model, prompt).kvzip_plus_log  # (1 full layer, H, C)
+    tau = scores.median().item()
+    ids = prompt.input_ids[:, : prompt.context.stop]
+    logits, ratios = [], []
+    for evict in (True, False):
+        press = KVzapPress(
+            PrecomputedScorerPress(scores=scores, offset=prompt.context.start), tau, window=8, evict=evict
+        )
+        with press(model):
+            logits.append(model(ids, past_key_values=DynamicCache(config=model.config)).logits)
+        ratios.append(press.compression_ratio)
+    torch.testing.assert_close(logits[0], logits[1], atol=1e-5, rtol=1e-5)
+    judged = scores[..., : ids.shape[1] - prompt.context.start - 8]  # context tokens that left the window
+    assert ratios[0] == ratios[1] == pytest.approx((judged < tau).sum().item() / (ids.shape[1] * scores.shape[1]))
+    with pytest.raises(ValueError, match="or its 1 full-attention ones"):
+        with KVzapPress(PrecomputedScorerPress(scores=torch.cat([scores] * 3)), tau)(model):
+            pass

@@ -8,6 +8,7 @@ import torch
 from kvpress.presses.scorer_press import ScorerPress
 from torch import nn
 
+from kvzap.layer_types import pruned_layers
 from kvzap.surrogate.model import Surrogate, apply_layer, placed_like, resolve_folder
 
 
@@ -59,13 +60,15 @@ class SurrogateScorerPress(ScorerPress):
 class PrecomputedScorerPress(ScorerPress):
     """Scores computed beforehand, e.g. the KVzip+ oracle (`kvzap.oracle.scores.oracle_scores(...).kvzip_plus_log`).
 
-    `scores` is (layers, kv_heads, T) for one prompt, or (layers, batch, kv_heads, T); cache position p reads
-    column p - offset (offset = where the scored span starts in the prefilled ids). Tokens outside the scored
-    span get +inf: without evidence they are kept.
+    `scores` is (layers, kv_heads, T) for one prompt, or (layers, batch, kv_heads, T), over every decoder layer or
+    over the pruned (full-attention) layers only, as the oracle scores a hybrid model (`OracleScores.layers`); cache
+    position p reads column p - offset (offset = where the scored span starts in the prefilled ids). Tokens outside
+    the scored span get +inf: without evidence they are kept.
     """
 
     scores: torch.Tensor | None = field(default=None, repr=False)
     offset: int = 0
+    _rows: dict[int, int] = field(default_factory=dict, init=False, repr=False)  # decoder layer -> row of scores
 
     def __post_init__(self):
         super().__post_init__()
@@ -78,15 +81,18 @@ class PrecomputedScorerPress(ScorerPress):
             raise ValueError(f"offset must be an integer >= 0 (where the scored span starts), got {self.offset!r}")
 
     def post_init_from_model(self, model):
-        expected = (model.config.num_hidden_layers, model.config.num_key_value_heads)
+        config, pruned = model.config, pruned_layers(model.config)
+        layers = range(config.num_hidden_layers) if self.scores.shape[0] == config.num_hidden_layers else pruned
         got = (self.scores.shape[0], self.scores.shape[-2])
-        if got != expected:
+        if got != (len(layers), config.num_key_value_heads):
             raise ValueError(
-                f"scores have (layers, kv_heads) = {got}, the model {expected}: compute them with this model."
+                f"scores have (layers, kv_heads) = {got}, the model ({config.num_hidden_layers} layers, or its "
+                f"{len(pruned)} full-attention ones, {config.num_key_value_heads}): compute them with this model."
             )
+        self._rows = {layer: row for row, layer in enumerate(layers)}
 
     def score(self, module: nn.Module, hidden_states: torch.Tensor, keys, values, attentions, kwargs) -> torch.Tensor:
-        table = self.scores[module.layer_idx]
+        table = self.scores[self._rows[module.layer_idx]]
         table = table[None] if table.dim() == 2 else table  # (B|1, H, T)
         if table.shape[0] not in (1, hidden_states.shape[0]):
             raise ValueError(f"scores hold {table.shape[0]} samples, the forward {hidden_states.shape[0]}")
