@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from tokenizers import processors
 from transformers import AutoTokenizer
 
 from kvzap.oracle.scores import (
@@ -86,6 +87,26 @@ def test_spans_hold_the_plain_tokenization_and_the_prompt_reads_right(template, 
     assert decode(tok, ids[prompt.context.stop : prompt.suffix.start]) == REPEAT_INSTRUCTION  # ... + instruction
     assert decode(tok, ids[prompt.suffix]) == opening and prompt.suffix.stop == prompt.repeat.start
     assert prompt.continue_ids.tolist() == tok(CONTINUE_INSTRUCTION, add_special_tokens=False)["input_ids"]
+
+
+def test_a_base_model_prompt_starts_with_its_bos_once():
+    """No chat template and a tokenizer that adds a BOS (Gemma 3's base model): the prompt starts with it, the
+    spans are unchanged; a template that renders the BOS itself (Llama-3.1) keeps exactly one."""
+    tok = tiny_tokenizer()
+    tok.chat_template = None
+    bos = tok.convert_tokens_to_ids("<|im_start|>")
+    tok._tokenizer.post_processor = processors.TemplateProcessing(
+        single="<|im_start|> $A", special_tokens=[("<|im_start|>", bos)]
+    )
+    context = "a base model repeats this"
+    prompt = build_repeat_prompt(tok, context)
+    ids = prompt.input_ids[0].tolist()
+    plain = tok(context, add_special_tokens=False)["input_ids"]
+    assert ids[0] == bos and ids.count(bos) == 1
+    assert ids[prompt.context] == plain and ids[prompt.repeat] == plain
+    assert decode(tok, ids[1 : prompt.context.start]) == "user: "
+    llama = load_tokenizer("llama3_1")
+    assert build_repeat_prompt(llama, context).input_ids[0].tolist().count(llama.bos_token_id) == 1
 
 
 def test_context_without_tokens_is_refused():

@@ -123,6 +123,14 @@ def _render_around_slots(tokenizer: PreTrainedTokenizerBase, user_slot: str, ass
     return [before, between, after]
 
 
+def _special_prefix(tokenizer: PreTrainedTokenizerBase) -> list[int]:
+    """The ids the tokenizer puts before any text (a base model's BOS: Gemma 3 degrades without it). Read off an
+    encoding, not `add_bos_token`, which transformers 5 can report False for a tokenizer that adds one."""
+    plain, full = tokenizer("x", add_special_tokens=False)["input_ids"], tokenizer("x")["input_ids"]
+    cut = len(full) - len(plain)
+    return full[:cut] if cut > 0 and full[cut:] == plain else []
+
+
 def build_repeat_prompt(tokenizer: PreTrainedTokenizerBase, context: str) -> RepeatPrompt:
     """Render the repeat prompt with the model's chat template; both copies of the context hold exactly
     `tokenizer(context, add_special_tokens=False)`'s ids, whatever the text and the template.
@@ -134,6 +142,8 @@ def build_repeat_prompt(tokenizer: PreTrainedTokenizerBase, context: str) -> Rep
       strips the assistant's leading newlines and splits at '</think>') do not touch it: the oracle scores
       every token of the user's text as the tokenizer splits it on its own (the paper scores the context
       tokens), not a template-rewritten copy whose tokens no surrogate input would match.
+    - A tokenizer that starts every text with special ids (a base model's BOS) gets them first, unless the
+      template already renders them (Llama-3.1's <|begin_of_text|>).
     - Token boundaries at the context's edges: characters of the context never merge with the template's
       or the instruction's (e.g. 'here.' + '\n\n'), so no context token is lost or shared.
     The instruction and the template text after it are tokenized apart too, so `suffix` (the assistant
@@ -146,8 +156,11 @@ def build_repeat_prompt(tokenizer: PreTrainedTokenizerBase, context: str) -> Rep
     if not context_ids:
         raise ValueError(f"The context {context[:40]!r} has no tokens: the oracle needs at least one to score.")
     before, between, after = _render_around_slots(tokenizer, *_slots(context))
+    opening, prefix = encode(before), _special_prefix(tokenizer)
+    if opening[: len(prefix)] != prefix:  # a base model's BOS, which no chat template rendered
+        opening = prefix + opening
     pieces = [
-        encode(before),
+        opening,
         context_ids,
         encode(REPEAT_INSTRUCTION),
         encode(between[len(REPEAT_INSTRUCTION) :]),
