@@ -21,9 +21,11 @@ from transformers import StoppingCriteria, StoppingCriteriaList, pipeline
 
 from kvzap.atomic import atomic_write_json
 from kvzap.evaluation import methods, presses
-from kvzap.evaluation.predictions import write_predictions
+from kvzap.evaluation.predictions import measured_means, write_predictions
+from kvzap.evaluation.prefill_cache import memory_after_prefill, prefill_cache
 from kvzap.evaluation.shared_prefill import run_greedy_shared
 from kvzap.evaluation.suites import BENCHMARKS, benchmark_module
+from kvzap.plan import families
 from kvzap.prepare import models
 from kvzap.provenance import stamp
 from kvzap.pruning.windowed_press import WindowedPress
@@ -50,17 +52,22 @@ def _compression_ratio(press) -> float:
 
 
 def run_greedy(model, tokenizer, rows: pd.DataFrame, press) -> pd.DataFrame:
+    """kvpress's pipeline, one sample at a time, each into a fresh `prefill_cache` (sliding layers bounded); per
+    sample, the answer, the compression ratio and the KV bytes held after the prefill (and the full cache's)."""
     pipe = pipeline("kv-press-text-generation", model=model, tokenizer=tokenizer, device=model.device)
     out = []
     for row in tqdm(list(rows.itertuples()), desc="samples"):
-        answer = pipe(
-            row.context,
-            question=row.question,
-            answer_prefix=row.answer_prefix,
-            press=press,
-            max_new_tokens=int(row.max_new_tokens),
-        )["answer"]
-        out.append({"sample_id": row.sample_id, "prediction": answer, "compression_ratio": _compression_ratio(press)})
+        with memory_after_prefill(model) as memory:
+            answer = pipe(
+                row.context,
+                question=row.question,
+                answer_prefix=row.answer_prefix,
+                press=press,
+                max_new_tokens=int(row.max_new_tokens),
+                cache=prefill_cache(model, press),
+            )["answer"]
+        ratio = _compression_ratio(press)
+        out.append({"sample_id": row.sample_id, "prediction": answer, "compression_ratio": ratio, **memory})
     return pd.DataFrame(out)
 
 
@@ -209,6 +216,7 @@ def evaluate(args) -> list[dict]:
             )
     attn = infos[0].attn_implementation if len(cells) == 1 else None  # a group decodes under "kvzap" attention
     model, tokenizer = models.load(args.model, dtype=args.dtype, attn_implementation=attn)
+    check_family(model, args.model_name, [method for method, _ in cells])
     decoding = bool(generation and generation.get("decoding_compression"))
     built = [presses.build(method, value, surrogates, decoding=decoding) for method, value in cells]
     folders = iter(args.out)
@@ -219,6 +227,24 @@ def evaluate(args) -> list[dict]:
             args, subset, cells, [o[i] for o in outs], model, tokenizer, built, bench, generation
         )
     return results
+
+
+def check_family(model, name: str, cell_methods: list[str]) -> None:
+    """The planner's family checks on the loaded model's config (the plan skips them when it cannot read one)."""
+    config = model.config.to_dict()
+    for method in cell_methods:
+        reason = families.refusal(config, method)
+        if reason:
+            raise SystemExit(
+                f"{methods.label(method)} cannot run on model {name} ({model.config.model_type}): {reason}. "
+                f"Fix: add {method} to models.{name}.skip_methods."
+            )
+
+
+def shares_prefill(model, cells) -> bool:
+    """Whether a job's cells run as one prefill group: several, on a model whose own attention the batched decode
+    (kvzap.pruning.attention) computes; otherwise one at a time through kvpress's pipeline."""
+    return len(cells) > 1 and families.pruned_attention_reason(model.config.to_dict()) is None
 
 
 def evaluate_subset(args, subset: str, cells, outs, model, tokenizer, built, bench, generation) -> list[dict]:
@@ -236,12 +262,12 @@ def evaluate_subset(args, subset: str, cells, outs, model, tokenizer, built, ben
     rows["context_tokens"] = [_n_tokens(tokenizer, context) for context in rows["context"]]
     check_lengths(rows, tokenizer, model.config.max_position_embeddings)
 
-    if len(cells) > 1:
+    if shares_prefill(model, cells):
         outputs = run_greedy_shared(model, tokenizer, rows, built, args.decode_batch or len(built))
     elif generation and generation.get("do_sample"):
         outputs = [run_sampling(model, tokenizer, rows, built[0], generation, args.seed, args.batch_size)]
     else:
-        outputs = [run_greedy(model, tokenizer, rows, built[0])]
+        outputs = [run_greedy(model, tokenizer, rows, press) for press in built]
     common = {k: v for k, v in vars(args).items() if k not in ("subsets", "out", "cells", "decode_batch")}
     return [
         write_cell(args, bench, rows, output, subset, method, value, out, common)
@@ -257,7 +283,7 @@ def write_cell(args, bench, rows, outputs, subset, method, value, out: Path, com
     params = common | {"method": method, "value": value, "subset": subset, "model": str(args.model)}
     metrics.update(
         {
-            "compression_ratio": float(predictions["compression_ratio"].mean()),
+            **measured_means(predictions),
             "n_samples": int(rows.shape[0]),
             "model": args.model_name,
             "bench": args.bench_name,

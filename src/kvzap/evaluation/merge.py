@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from kvzap.atomic import atomic_write_json
-from kvzap.evaluation.predictions import read_predictions, write_predictions
+from kvzap.evaluation.predictions import measured_means, read_predictions, write_predictions
 from kvzap.evaluation.suites import benchmark_module
 from kvzap.provenance import stamp
 
@@ -31,7 +31,7 @@ def merge(parts: list[Path], out: Path) -> dict:
     params = {k: v for k, v in first["provenance"]["params"].items() if k not in PER_SHARD}
     metrics.update(
         {
-            "compression_ratio": float(predictions["compression_ratio"].mean()),
+            **measured_means(predictions),
             "n_samples": sum(s["n_samples"] for s in shards),
             **{k: first.get(k) for k in ("model", "bench", "benchmark", "subset", "method", "value")},
             "provenance": {

@@ -20,6 +20,12 @@ class MethodInfo:
     attn_implementation: str | None = None  # forced attention implementation (None: the model's default)
     prefill_chunk: int | None = None  # KVzap prefilling the prompt this many tokens at a time, pruning between chunks
     own_prefill: bool = False  # changes the prefill itself (a repeat pass, attention weights): cannot share one
+    masks: bool = False  # kvpress masks entries through its patched attention functions (AdaKV, Duo, KVzip): no eager
+
+    @property
+    def kvzap_attention(self) -> bool:
+        """Runs under kvzap.pruning.attention: our presses' pruned layers, or forced (PyramidKV's uneven layers)."""
+        return self.surrogate is not None or self.attn_implementation == "kvzap"
 
     @property
     def kvzap(self) -> bool:
@@ -45,12 +51,12 @@ METHODS: dict[str, MethodInfo] = {
     # the paper's Fig. 5 ablation: fixed top-k instead of a threshold
     "kvzap_mlp_head": MethodInfo("ratio", "KVzap-MLP top-k per head", "mlp"),
     "kvzap_mlp_layer": MethodInfo("ratio", "KVzap-MLP top-k per layer", "mlp"),
-    "kvzip": MethodInfo("ratio", "KVzip", own_prefill=True),  # scores from a repeat pass over the context
-    "kvzip_plus": MethodInfo("ratio", "KVzip+", own_prefill=True),
+    "kvzip": MethodInfo("ratio", "KVzip", own_prefill=True, masks=True),  # scores from a repeat pass over the context
+    "kvzip_plus": MethodInfo("ratio", "KVzip+", own_prefill=True, masks=True),
     "random": MethodInfo("ratio", "Random"),
     "knorm": MethodInfo("ratio", "Knorm"),
     "snapkv": MethodInfo("ratio", "SnapKV"),
-    "expected_attention": MethodInfo("ratio", "Expected Attention"),
+    "expected_attention": MethodInfo("ratio", "Expected Attention", masks=True),
     "streaming_llm": MethodInfo("ratio", "StreamingLLM"),
     "tova": MethodInfo("ratio", "TOVA"),
     "observed_attention": MethodInfo("ratio", "Observed Attention", attn_implementation="eager", own_prefill=True),
@@ -59,10 +65,10 @@ METHODS: dict[str, MethodInfo] = {
     "pyramidkv": MethodInfo("ratio", "PyramidKV", attn_implementation="kvzap"),
     "lagkv": MethodInfo("ratio", "LagKV"),
     "keydiff": MethodInfo("ratio", "KeyDiff"),
-    "adakv_compactor": MethodInfo("ratio", "AdaKV-Compactor"),
+    "adakv_compactor": MethodInfo("ratio", "AdaKV-Compactor", masks=True),
     "cur": MethodInfo("ratio", "CUR"),
-    "duo_attention": MethodInfo("ratio", "DuoAttention", needs_hub=True),
-    "duo_attention_on_the_fly": MethodInfo("ratio", "DuoAttention (on the fly)", needs_hub=True),
+    "duo_attention": MethodInfo("ratio", "DuoAttention", needs_hub=True, masks=True),
+    "duo_attention_on_the_fly": MethodInfo("ratio", "DuoAttention (on the fly)", needs_hub=True, masks=True),
 }
 
 KVZAP_METHODS = tuple(name for name, info in METHODS.items() if info.kvzap)

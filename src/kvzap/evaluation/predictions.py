@@ -1,4 +1,5 @@
-"""Predictions tables on disk: CSV for people and pandas, list-valued columns (answers, classes) as JSON."""
+"""Predictions tables on disk: CSV for people and pandas, list-valued columns (answers, classes) as JSON; and the
+per-sample measurements a cell's metrics.json averages."""
 
 from __future__ import annotations
 
@@ -23,3 +24,14 @@ def read_predictions(path: Path, json_columns: list[str]) -> pd.DataFrame:
     """Inverse of write_predictions (empty predictions stay empty strings, not NaN)."""
     frame = pd.read_csv(path, keep_default_na=False, dtype={"sample_id": str, "prediction": str})
     return frame.assign(**{c: frame[c].map(json.loads) for c in json_columns})
+
+
+# Per-sample measurements, averaged into metrics.json under the same names: the compression ratio (a hybrid model's:
+# over its full-attention layers), and the KV bytes held after the prefill over every layer and the full cache's
+# (greedy cells; sampled rollouts do not measure them).
+KV_MEMORY = ("kv_bytes", "full_kv_bytes")
+MEASUREMENTS = ("compression_ratio", *KV_MEMORY)
+
+
+def measured_means(predictions: pd.DataFrame) -> dict:
+    return {key: float(predictions[key].mean()) for key in MEASUREMENTS if key in predictions}

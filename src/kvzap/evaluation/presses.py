@@ -1,31 +1,100 @@
 """How to build the press of every method named in kvzap.evaluation.methods (which says what each method is).
 
 KVzap methods are ours (physical eviction); the baselines are kvpress presses, configured as on the kvpress
-leaderboard (evaluation/leaderboard.sh and evaluate_registry.py as kvpress.md describes them).
+leaderboard (evaluation/leaderboard.sh and evaluate_registry.py as kvpress.md describes them). On hybrid models
+every kvpress press prunes the full-attention layers only (`FullLayersOnly`), as ours do.
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable
+from contextlib import contextmanager
 from pathlib import Path
 from types import SimpleNamespace
 
 import kvpress
 from kvpress.presses import kvzip_press
+from torch import nn
 from transformers import AutoTokenizer
 
 from kvzap.evaluation import duo_patterns, methods
+from kvzap.layer_types import layer_types, pruned_layers, skipped_layers
+from kvzap.oracle.attention import attention_modules
+from kvzap.plan import families
 from kvzap.pruning import KVzapPress, TopKPerHeadPress, TopKPerLayerPress
 
 
+class FullLayersOnly:
+    """A kvpress press that leaves sliding-window (and chunked) layers alone on every model.
+
+    kvpress 0.5.5 skips them only for Gemma3ForConditionalGeneration; on Gemma3ForCausalLM, gpt-oss, Cohere 2, ...
+    it would prune their bounded window as well. Once kvpress has registered its hooks, this removes them from the
+    layers kvzap.layer_types skips, and hands the hooked layers a rotary embedding of their own layer type where the
+    model keeps one per type. A press's compression_ratio is then the fraction removed from each full-attention
+    layer: on a hybrid model the sliding layers keep their window (metrics.json's kv_bytes counts every layer).
+    """
+
+    @contextmanager
+    def __call__(self, model):
+        reason = self._refusal(model)
+        if reason:
+            raise ValueError(f"{type(self).__name__} cannot run on this {model.config.model_type} model: {reason}.")
+        with super().__call__(model):
+            modules, skipped = attention_modules(model), set(skipped_layers(model.config))
+            for i, (module, kind) in enumerate(zip(modules, layer_types(model.config))):
+                rotary = getattr(module, "rotary_emb", None)  # set by kvpress (KVzip: only for its replay)
+                if i in skipped:
+                    _unhook(module, self.forward_hook)
+                elif rotary is not None and "layer_type" in inspect.signature(rotary.forward).parameters:
+                    module.rotary_emb = TypedRotary(rotary, kind)
+            yield
+
+    def _refusal(self, model) -> str | None:
+        if not pruned_layers(model.config):
+            return "every layer is sliding-window (or chunked) attention: there is no full-attention layer to prune"
+        return families.kvzip_reason(model.config.to_dict()) if isinstance(self, kvpress.KVzipPress) else None
+
+
+class TypedRotary(nn.Module):
+    """A rotary embedding with one frequency table per layer type (Gemma 3's), called as kvpress calls one:
+    `(x, position_ids)`. Expected Attention rotates its query statistics with it, and crashes without the type."""
+
+    def __init__(self, rotary: nn.Module, layer_type: str):
+        super().__init__()
+        self.rotary, self.layer_type = rotary, layer_type
+
+    def forward(self, x, position_ids):
+        return self.rotary(x, position_ids, self.layer_type)
+
+
+def _unhook(module, hook) -> None:
+    """Remove `hook` from a module's forward hooks: kvpress keeps the handles, and removing them at exit is a no-op."""
+    for key in [key for key, registered in module._forward_hooks.items() if registered == hook]:
+        del module._forward_hooks[key]
+        module._forward_hooks_with_kwargs.pop(key, None)
+
+
+@functools.cache
+def _full_layers_class(cls: type) -> type:
+    return type(cls.__name__, (FullLayersOnly, cls), {})
+
+
+def _full_layers_only(press):
+    """The press, made a FullLayersOnly of its own class (so kvpress's isinstance checks still hold)."""
+    press.__class__ = _full_layers_class(type(press))
+    return press
+
+
 def _ratio_press(factory: Callable) -> Callable:
-    """A kvpress press at a fixed compression ratio, set the way kvpress's evaluation CLI sets it."""
+    """A kvpress press at a fixed compression ratio, set the way kvpress's evaluation CLI sets it (on a hybrid model,
+    the ratio of its full-attention layers)."""
 
     def build(ratio, surrogates, decoding):
         press = factory()
         press.compression_ratio = ratio
-        return press
+        return _full_layers_only(press)
 
     return build
 
@@ -107,10 +176,12 @@ PRESSES: dict[str, Callable] = {
     "keydiff": _ratio_press(kvpress.KeyDiffPress),
     "adakv_compactor": _ratio_press(lambda: kvpress.AdaKVPress(kvpress.CompactorPress())),
     "cur": _ratio_press(kvpress.CURPress),
-    "duo_attention": lambda ratio, surrogates, decoding: PublishedDuoAttentionPress(head_compression_ratio=ratio),
+    "duo_attention": lambda ratio, surrogates, decoding: _full_layers_only(
+        PublishedDuoAttentionPress(head_compression_ratio=ratio)
+    ),
     # head scores computed from kmfoda/booksum samples (Hub dataset) with the model's tokenizer
-    "duo_attention_on_the_fly": lambda ratio, surrogates, decoding: kvpress.DuoAttentionPress(
-        head_compression_ratio=ratio, on_the_fly_scoring=True
+    "duo_attention_on_the_fly": lambda ratio, surrogates, decoding: _full_layers_only(
+        kvpress.DuoAttentionPress(head_compression_ratio=ratio, on_the_fly_scoring=True)
     ),
 }
 

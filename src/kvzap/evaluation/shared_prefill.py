@@ -10,6 +10,10 @@ pipeline) stays the reference; the greedy answers agree with it (tests/test_shar
 
 On hybrid models the sliding-window layers are the same for every cell (no press touches them): the prefill keeps
 transformers' bounded layer, and every row of the batch gets a copy of it.
+
+A cell's `kv_bytes` are those of the entries it keeps (its rows and the sliding windows): the per-cell path's held
+bytes, less what a layer holds besides them (our pruned layers' spare slots and window scores, the entries a kvpress
+masking press only masks). `full_kv_bytes` are the recorded prefill's, as in the per-cell path.
 """
 
 from __future__ import annotations
@@ -39,6 +43,17 @@ class Prefill:
     values: list[torch.Tensor]
     sliding: dict[int, DynamicLayer]
     length: int
+
+    @property
+    def nbytes(self) -> int:
+        """The full cache's KV bytes: every layer's keys and values (a sliding layer's window)."""
+        return sum(k.nbytes + v.nbytes for k, v in zip(self.keys, self.values))
+
+
+def kept_bytes(rows: list, prefill: Prefill) -> int:
+    """The KV bytes one cell keeps: its rows of the full-attention layers, and the sliding layers' windows."""
+    windows = sum(prefill.keys[i].nbytes + prefill.values[i].nbytes for i in prefill.sliding)
+    return windows + sum(row.nbytes for layer in rows if layer is not None for part in layer for row in part)
 
 
 @torch.no_grad()
@@ -188,7 +203,10 @@ def run_greedy_shared(
             answers = decode(
                 model, cache, inputs["questions_ids"][0].to(model.device), prefill.length, int(row.max_new_tokens)
             )
-            for i, ((_, ratio), answer) in enumerate(zip(chosen, answers)):
+            for i, ((kept, ratio), answer) in enumerate(zip(chosen, answers)):
                 text = tokenizer.decode(answer, skip_special_tokens=True)
-                out[first + i].append({"sample_id": row.sample_id, "prediction": text, "compression_ratio": ratio})
+                memory = {"kv_bytes": kept_bytes(kept, prefill), "full_kv_bytes": prefill.nbytes}
+                out[first + i].append(
+                    {"sample_id": row.sample_id, "prediction": text, "compression_ratio": ratio, **memory}
+                )
     return [pd.DataFrame(cell) for cell in out]

@@ -10,7 +10,9 @@ from pathlib import Path, PurePosixPath
 from kvzap.evaluation import duo_patterns, methods
 from kvzap.evaluation.suites import catalog
 from kvzap.oracle import corpus
+from kvzap.plan import families
 from kvzap.plan.errors import fail
+from kvzap.plan.model_configs import model_config
 from kvzap.plan.sweep import cells, value_label
 from kvzap.prepare.assets import OFFLINE_CORPORA, OFFLINE_MODELS, OFFLINE_PACKAGES
 from kvzap.report.outputs import FIGURES, METRICS
@@ -68,6 +70,15 @@ def _check_model(name: str, model: dict) -> None:
     for i, method in enumerate(model.get("skip_methods", [])):
         _check_method(f"{key}.skip_methods[{i}]", method)
     _check_asset(f"{key}.id", model_id)
+    family = model_config(model_id, model.get("revision"))
+    reason = family and families.out_of_reach(family)
+    if reason:
+        fail(
+            f"{key}.id",
+            model_id,
+            f"KVzap cannot serve {families.text_config(family).get('model_type')} models: {reason}",
+            f"remove models.{name} (every model entry trains KVzap's surrogates from its oracle scores)",
+        )
 
 
 def _check_asset(key: str, asset: str) -> None:
@@ -293,6 +304,15 @@ def check(config: dict) -> None:
                 cell.method,
                 f"DuoAttention publishes no head pattern for {model_id}",
                 f"add duo_attention to models.{cell.model}.skip_methods, or use duo_attention_on_the_fly",
+            )
+        family = model_config(model_id, config["models"][cell.model].get("revision"))
+        reason = family and families.refusal(family, cell.method)
+        if reason:
+            fail(
+                f"evaluation.benchmarks.{cell.bench}.methods",
+                cell.method,
+                f"{methods.label(cell.method)} cannot run on {model_id} (models.{cell.model}): {reason}",
+                f"add {cell.method} to models.{cell.model}.skip_methods",
             )
         if methods.METHODS[cell.method].needs_hub and model_id in OFFLINE_MODELS:
             fail(

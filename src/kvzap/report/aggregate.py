@@ -27,6 +27,7 @@ from pathlib import Path
 import pandas as pd
 
 from kvzap.atomic import atomic_path, atomic_write_json, atomic_write_text
+from kvzap.evaluation.predictions import KV_MEMORY
 from kvzap.intervals import ci_columns
 from kvzap.provenance import stamp
 from kvzap.report import tables
@@ -52,7 +53,7 @@ def cell_row(path: Path) -> dict:
         "compression_ratio": metrics["compression_ratio"],
         "n_samples": metrics["n_samples"],
     }
-    row.update({k: metrics[k] for k in SCORE_KEYS if metrics.get(k) is not None})
+    row.update({k: metrics[k] for k in SCORE_KEYS + KV_MEMORY if metrics.get(k) is not None})
     row.update({f"task:{task}": score for task, score in metrics.get("per_task", {}).items()})
     intervals = {k: metrics.get(f"{k}_ci") for k in SCORE_KEYS}
     intervals.update({f"task:{task}": ci for task, ci in metrics.get("per_task_ci", {}).items()})
