@@ -283,11 +283,15 @@ def test_a_model_whose_layers_all_slide_has_nothing_to_prune(tok):
 
 
 @pytest.mark.parametrize("model_type, what", [("gemma2", "soft-capped logits"), ("gpt_oss", "attention sinks")])
-def test_hybrid_full_layers_with_soft_capping_or_sinks_are_refused(model_type, what, tok):
+def test_soft_capping_or_sinks_are_refused_before_any_forward(model_type, what, tok):
+    """Pruned attention does not apply them (and sdpa, serving dense layers under the press, drops them)."""
     model = build_hybrid(model_type, len(tok))
-    ids = tok(TEXT[:100], return_tensors="pt").input_ids
-    with pytest.raises(NotImplementedError, match=f"uses {what}"):
-        _generate(model, ids, KVzapPress(KnormPress(), threshold=0.0, window=8))
+    forwards = []
+    model.register_forward_pre_hook(lambda *a: forwards.append(1))
+    with pytest.raises(NotImplementedError, match=f"KVzapPress cannot prune this {model_type} model: .*uses {what}"):
+        with KVzapPress(KnormPress(), threshold=0.0, window=8)(model):
+            model(tok(TEXT[:100], return_tensors="pt").input_ids)
+    assert not forwards
 
 
 REFUSED = {
@@ -352,6 +356,6 @@ def test_hybrid_oracle_scores_drive_the_press(tok):
     torch.testing.assert_close(logits[0], logits[1], atol=1e-5, rtol=1e-5)
     judged = scores[..., : ids.shape[1] - prompt.context.start - 8]  # context tokens that left the window
     assert ratios[0] == ratios[1] == pytest.approx((judged < tau).sum().item() / (ids.shape[1] * scores.shape[1]))
-    with pytest.raises(ValueError, match="or its 1 full-attention ones"):
+    with pytest.raises(ValueError, match=r"the model \(2 or, over its full-attention layers, 1, 2\)"):
         with KVzapPress(PrecomputedScorerPress(scores=torch.cat([scores] * 3)), tau)(model):
             pass

@@ -83,11 +83,14 @@ class PrecomputedScorerPress(ScorerPress):
     def post_init_from_model(self, model):
         config, pruned = model.config, pruned_layers(model.config)
         layers = range(config.num_hidden_layers) if self.scores.shape[0] == config.num_hidden_layers else pruned
-        got = (self.scores.shape[0], self.scores.shape[-2])
-        if got != (len(layers), config.num_key_value_heads):
+        got, heads = (self.scores.shape[0], self.scores.shape[-2]), config.num_key_value_heads
+        if got != (len(layers), heads):
+            full = (
+                "" if len(pruned) == config.num_hidden_layers else f" or, over its full-attention layers, {len(pruned)}"
+            )
             raise ValueError(
-                f"scores have (layers, kv_heads) = {got}, the model ({config.num_hidden_layers} layers, or its "
-                f"{len(pruned)} full-attention ones, {config.num_key_value_heads}): compute them with this model."
+                f"scores have (layers, kv_heads) = {got}, the model ({config.num_hidden_layers}{full}, {heads}): "
+                "compute them with this model."
             )
         self._rows = {layer: row for row, layer in enumerate(layers)}
 

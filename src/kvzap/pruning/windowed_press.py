@@ -20,6 +20,7 @@ from torch import nn
 from transformers.cache_utils import DynamicLayer
 
 from kvzap.layer_types import pruned_layers
+from kvzap.plan import families
 from kvzap.pruning.attention import use_kvzap_attention
 from kvzap.pruning.cache import JudgedLayer, MaskedLayer, PrunedLayer, left_layout, prefill_padding, removed_fraction
 from kvzap.pruning.chunked import check_chunk, chunked_prefill
@@ -81,6 +82,11 @@ class WindowedPress(BasePress):
         raise NotImplementedError
 
     def post_init_from_model(self, model):
+        reason = families.pruned_attention_reason(model.config.to_dict())
+        if reason:  # refused before any forward: the prefill itself would run without them on the dense layers
+            raise NotImplementedError(
+                f"{type(self).__name__} cannot prune this {model.config.model_type} model: {reason}."
+            )
         layers = pruned_layers(model.config)
         if not layers:
             raise NotImplementedError(
