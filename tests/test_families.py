@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 
+import pandas as pd
 import pytest
 import torch
 from kvpress.pipeline import KVPressTextGenerationPipeline
@@ -19,6 +20,7 @@ from kvpress.presses.knorm_press import KnormPress
 from transformers import AutoConfig, AutoModelForCausalLM, DynamicCache
 from transformers.cache_utils import DynamicSlidingWindowLayer
 
+from kvzap.evaluation import job, presses, shared_prefill
 from kvzap.layer_types import pruned_layers
 from kvzap.oracle.scores import build_repeat_prompt, oracle_scores
 from kvzap.pruning import KVzapPress, PrecomputedScorerPress, PrunedLayer, held_kv_bytes
@@ -359,3 +361,21 @@ def test_hybrid_oracle_scores_drive_the_press(tok):
     with pytest.raises(ValueError, match=r"the model \(2 or, over its full-attention layers, 1, 2\)"):
         with KVzapPress(PrecomputedScorerPress(scores=torch.cat([scores] * 3)), tau)(model):
             pass
+
+
+BASELINE_FAMILIES = sorted(set(FAMILIES) - NOT_KVPRESS_LAYOUT - {"ministral"})  # ministral: every layer slides
+
+
+@pytest.mark.parametrize("model_type", BASELINE_FAMILIES)
+def test_a_kvpress_baseline_runs_on_the_family(model_type, tok):
+    """KnormPress at 0.5 as the pipeline's jobs run it (hybrids: the full layers only); where a prefill group can
+    serve the family, its batched decode answers as the per-cell path."""
+    model = build_hybrid(model_type, len(tok)) if model_type in SLIDING_CACHE else build(model_type, len(tok))
+    rows = pd.DataFrame(
+        [dict(sample_id="s", context=TEXT[:300], question=" Repeat it.", answer_prefix="", max_new_tokens=4)]
+    )
+    alone = job.run_greedy(model, tok, rows, presses.build("knorm", 0.5, {}))
+    assert alone["compression_ratio"].tolist() == [0.5] and alone["kv_bytes"][0] < alone["full_kv_bytes"][0]
+    if model_type not in SOFT_CAP_OR_SINKS:  # their groups run cell by cell (the kvzap attention lacks both)
+        together = shared_prefill.run_greedy_shared(model, tok, rows, [presses.build("knorm", 0.5, {})])[0]
+        assert together["prediction"].tolist() == alone["prediction"].tolist()
