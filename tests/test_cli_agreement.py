@@ -30,7 +30,7 @@ def _no_second_default(parser, words: list[str]) -> None:
             assert action.default is None, f"{action.option_strings} has a default of its own: {action.default!r}"
 
 
-@pytest.mark.parametrize("name", ["ci.yaml", "config.yaml", "paper.yaml", "rehearsal.yaml"])
+@pytest.mark.parametrize("name", sorted(path.name for path in (ROOT / "config").glob("*.yaml")))
 def test_plan_command_lines_parse(name):
     config = planned(name)
     model = next(iter(config["models"]))
