@@ -71,3 +71,14 @@ def test_sampled_batches_repeat_for_a_seed(setup):
 
 def test_only_our_presses_and_the_full_cache_batch():
     assert batches_rows(None) and batches_rows(_press()) and not batches_rows(KnormPress(0.5))
+
+
+def test_a_base_model_samples_from_its_plain_prompt(setup):
+    """No chat template (Gemma-3-270M): the plain text, with whatever the tokenizer adds, as kvpress's pipeline."""
+    model, _, rows = setup
+    tokenizer = tiny_tokenizer()
+    tokenizer.chat_template = None
+    row = next(rows.itertuples())
+    assert _prompt_ids(tokenizer, row, GREEDY) == tokenizer((row.context + row.question).strip() + "\n")["input_ids"]
+    out = run_sampling(model, tokenizer, rows, None, GREEDY, seed=0, batch_size=2)
+    assert len(out) == len(rows) * GREEDY["n_rollouts"]

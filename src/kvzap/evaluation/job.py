@@ -89,7 +89,12 @@ def batches_rows(press) -> bool:
 
 
 def _prompt_ids(tokenizer, row, generation: dict) -> list[int]:
-    messages = [{"role": "user", "content": (row.context + row.question).strip()}]
+    """The chat-templated prompt; a base model (no template) reads the plain text after its BOS, as kvpress's
+    pipeline gives it (the tokenizer adds what it adds to any text)."""
+    text = (row.context + row.question).strip()
+    if not tokenizer.chat_template:
+        return tokenizer(text + "\n")["input_ids"]
+    messages = [{"role": "user", "content": text}]
     return tokenizer.apply_chat_template(
         messages, add_generation_prompt=True, enable_thinking=generation["enable_thinking"], return_dict=True
     )["input_ids"]
