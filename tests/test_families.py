@@ -363,7 +363,7 @@ def test_hybrid_oracle_scores_drive_the_press(tok):
             pass
 
 
-BASELINE_FAMILIES = sorted(set(FAMILIES) - NOT_KVPRESS_LAYOUT - {"ministral"})  # ministral: every layer slides
+BASELINE_FAMILIES = sorted(set(FAMILIES) - NOT_KVPRESS_LAYOUT)
 
 
 @pytest.mark.parametrize("model_type", BASELINE_FAMILIES)
