@@ -192,23 +192,27 @@ def _generate(model, ids, press=None) -> torch.Tensor:
 PRUNED = sorted(set(FAMILIES) - SLIDING_CACHE - NOT_KVPRESS_LAYOUT)
 
 
-@pytest.mark.parametrize("model_type", PRUNED)
-def test_pruning_nothing_and_eviction_equal_masking(model_type, tok):
-    model = build(model_type, len(tok))
-    ids = tok(TEXT[:300], return_tensors="pt").input_ids
+def _exact_and_evict_equals_mask(model, ids) -> KVzapPress:
+    """τ = −∞ gives the plain model's logits and greedy tokens; eviction equals masking in greedy decoding with
+    about half the judged entries removed. Returns the evicting press (after its run)."""
     plain_logits = model(ids).logits
     with KVzapPress(KnormPress(), threshold=-math.inf, window=8)(model):
-        kept_logits = model(ids, past_key_values=DynamicCache()).logits
+        kept_logits = model(ids, past_key_values=DynamicCache(config=model.config)).logits
     torch.testing.assert_close(kept_logits, plain_logits, atol=1e-5, rtol=1e-5)
     assert torch.equal(
         _generate(model, ids, KVzapPress(KnormPress(), threshold=-math.inf, window=8)), _generate(model, ids)
     )
-
     tau = _threshold(model, ids)
     press = lambda evict: KVzapPress(KnormPress(), threshold=tau, window=8, decoding=True, evict=evict)  # noqa: E731
     evicted = press(True)
     assert torch.equal(_generate(model, ids, evicted), _generate(model, ids, press(False)))
     assert 0.2 < evicted.compression_ratio < 0.8
+    return evicted
+
+
+@pytest.mark.parametrize("model_type", PRUNED)
+def test_pruning_nothing_and_eviction_equal_masking(model_type, tok):
+    _exact_and_evict_equals_mask(build(model_type, len(tok)), tok(TEXT[:300], return_tensors="pt").input_ids)
 
 
 @pytest.mark.parametrize("model_type", HYBRID_PRUNED)
@@ -217,20 +221,9 @@ def test_hybrid_prunes_its_full_layers_and_leaves_the_sliding_ones(model_type, t
     model = build_hybrid(model_type, len(tok))
     ids = tok(TEXT[:300], return_tensors="pt").input_ids
     assert ids.shape[1] > 4 * HYBRID["sliding_window"]
-    plain_logits = model(ids).logits
-    with KVzapPress(KnormPress(), threshold=-math.inf, window=8)(model):
-        kept_logits = model(ids, past_key_values=DynamicCache(config=model.config)).logits
-    torch.testing.assert_close(kept_logits, plain_logits, atol=1e-5, rtol=1e-5)
-    assert torch.equal(
-        _generate(model, ids, KVzapPress(KnormPress(), threshold=-math.inf, window=8)), _generate(model, ids)
-    )
-
+    assert _exact_and_evict_equals_mask(model, ids).layer_ratios.shape == (1,)  # the full layer only
     tau = _threshold(model, ids)
     press = lambda evict: KVzapPress(KnormPress(), threshold=tau, window=8, decoding=True, evict=evict)  # noqa: E731
-    evicted = press(True)
-    assert torch.equal(_generate(model, ids, evicted), _generate(model, ids, press(False)))
-    assert evicted.layer_ratios.shape == (1,)  # the full layer only
-    assert 0.2 < evicted.compression_ratio < 0.8
 
     dense, pruned = DynamicCache(config=model.config), DynamicCache(config=model.config)
     model(ids, past_key_values=dense)
