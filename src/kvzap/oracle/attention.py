@@ -28,7 +28,8 @@ from transformers import AttentionInterface, PreTrainedModel
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-from kvzap.layer_types import BOUNDED, pruned_layers
+from kvzap.layer_types import pruned_layers
+from kvzap.plan import families
 
 ATTENTION_NAMES = ("self_attn", "attention", "self_attention", "attn")  # a decoder layer's attention submodule
 OUTPUT_NAMES = ("o_proj", "dense", "out_proj", "c_proj", "wo")  # an attention module's output projection
@@ -63,32 +64,15 @@ def _refusal(model: PreTrainedModel, reason: str) -> str:
     return f"The KVzap oracle cannot score {model.config.model_type} models: {reason}."
 
 
-def _recurrent_reason(config) -> str | None:
-    """Why the config has layers without a KV cache (linear attention, state-space), or None."""
-    layer_types = getattr(config, "layer_types", None) or []
-    other = sorted({t for t in layer_types if t not in ("full_attention", *BOUNDED)})
-    if other:
-        return f"its layers of type {', '.join(other)} keep a recurrent state, not a KV cache"
-    fields = [k for k in config.to_dict() if k.startswith(("mamba", "ssm", "linear_", "layers_block_type"))]
-    if fields:
-        return f"it has state-space or linear-attention layers ({fields[0]}, ...), which keep no KV cache"
-    return None
-
-
 def check_family(model: PreTrainedModel) -> None:
-    """Refuse, before any forward, a family whose cache is not per-head keys and values the oracle can score."""
-    config = model.config
-    if getattr(config, "kv_lora_rank", None):
-        raise NotImplementedError(
-            _refusal(model, "its multi-head latent attention caches a compressed latent KV, not per-head keys")
-        )
-    reason = _recurrent_reason(config)
+    """Refuse, before any forward, a family whose cache is not per-head keys and values the oracle can score (the
+    planner's rules, kvzap.plan.families, read here off the loaded config, which always lists its layer types)."""
+    reason = families.out_of_reach(model.config.to_dict())
+    if reason is None and not pruned_layers(model.config):  # e.g. a sliding_window without listed layer types
+        reason = families.ALL_SLIDING
     if reason:
         raise NotImplementedError(_refusal(model, reason))
-    layers = pruned_layers(config)
-    if not layers:
-        reason = "every layer is sliding-window (or chunked) attention, whose bounded cache KVzap leaves alone"
-        raise NotImplementedError(_refusal(model, reason + ", so no full-attention layer is left to score"))
+    layers = pruned_layers(model.config)
     modules = attention_modules(model)
     for i in layers:
         output_projection(model, modules[i])

@@ -19,6 +19,7 @@ SINKS = ("gpt_oss",)  # every layer adds a learned sink logit (s_aux) to its sof
 EAGER_ONLY = ("gpt_oss",)  # no sdpa kernel for its sinks in transformers 5.2: it runs eager attention
 TYPED_ROPE = ("gemma3", "gemma3_text")  # one rotary table per layer type: calls without the type crash
 KVZIP = ("kvzip", "kvzip_plus")
+ALL_SLIDING = "every layer is sliding-window (or chunked) attention, so no full-attention layer is left to score"
 
 
 def text_config(config: dict) -> dict:
@@ -45,7 +46,7 @@ def out_of_reach(config: dict) -> str | None:
         return f"it has state-space or linear-attention layers ({fields[0]}, ...), which keep no KV cache"
     layers = _listed_layers(config)
     if layers is not None and not pruned_layers(layers):
-        return "every layer is sliding-window (or chunked) attention, so no full-attention layer is left to score"
+        return ALL_SLIDING
     return None
 
 
