@@ -69,8 +69,11 @@ def test_sampled_batches_repeat_for_a_seed(setup):
     assert runs[0].equals(runs[1]) and len(runs[0]) == 6
 
 
-def test_only_our_presses_and_the_full_cache_batch():
+def test_only_our_presses_and_the_full_cache_batch(setup):
     assert batches_rows(None) and batches_rows(_press()) and not batches_rows(KnormPress(0.5))
+    model, tokenizer, rows = setup  # a kvpress press samples one rollout at a time and reports its set ratio
+    out = run_sampling(model, tokenizer, rows, KnormPress(0.5), GREEDY, seed=0, batch_size=4)
+    assert len(out) == 6 and out["compression_ratio"].tolist() == [0.5] * 6
 
 
 def test_a_base_model_samples_from_its_plain_prompt(setup):

@@ -131,7 +131,10 @@ class RowRatios(StoppingCriteria):
     def _take(self, rows: list[bool]) -> None:
         """Record the current ratio of the chosen rows (one read of the press's ratios, only if any)."""
         if any(rows):
-            now = [0.0] * len(rows) if self.press is None else self.press.sample_ratios.tolist()
+            if isinstance(self.press, WindowedPress):
+                now = self.press.sample_ratios.tolist()
+            else:  # the full cache, or a kvpress press (batch 1, its set ratio)
+                now = [_compression_ratio(self.press)] * len(rows)
             self.ratios = [now[i] if chosen else r for i, (chosen, r) in enumerate(zip(rows, self.ratios))]
 
 
