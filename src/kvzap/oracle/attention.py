@@ -67,12 +67,12 @@ def _refusal(model: PreTrainedModel, reason: str) -> str:
 def check_family(model: PreTrainedModel) -> None:
     """Refuse, before any forward, a family whose cache is not per-head keys and values the oracle can score (the
     planner's rules, kvzap.plan.families, read here off the loaded config, which always lists its layer types)."""
+    layers = pruned_layers(model.config)
     reason = families.out_of_reach(model.config.to_dict())
-    if reason is None and not pruned_layers(model.config):  # e.g. a sliding_window without listed layer types
+    if reason is None and not layers:  # e.g. a sliding_window without listed layer types
         reason = families.ALL_SLIDING
     if reason:
         raise NotImplementedError(_refusal(model, reason))
-    layers = pruned_layers(model.config)
     modules = attention_modules(model)
     for i in layers:
         output_projection(model, modules[i])

@@ -55,7 +55,7 @@ class WindowedPress(BasePress):
         default_factory=dict, init=False, repr=False
     )
     # the decoder layers with a full-attention cache: the only ones judged (sliding layers keep their own window)
-    pruned: frozenset[int] = field(default=frozenset(), init=False, repr=False)
+    full_layers: frozenset[int] = field(default=frozenset(), init=False, repr=False)
     _judging_chunks: bool = field(default=False, init=False, repr=False)
     _active: bool = field(default=False, init=False, repr=False)
     _pruned: bool = field(default=False, init=False, repr=False)
@@ -94,7 +94,7 @@ class WindowedPress(BasePress):
                 "attention, whose cache is already bounded: there is no full-attention layer to prune (for prompts "
                 "shorter than the window, full attention is the same model: set config.sliding_window = None)."
             )
-        self.pruned = frozenset(layers)
+        self.full_layers = frozenset(layers)
         self.scorer.post_init_from_model(model)
         use_kvzap_attention(model)
 
@@ -130,11 +130,11 @@ class WindowedPress(BasePress):
         hidden_states = kwargs["hidden_states"]  # (B, T, D), the attention input
         cache, idx = kwargs.get("past_key_values"), module.layer_idx
         length = hidden_states.shape[1]
-        if cache is None or idx not in self.pruned:  # nothing kept, or a sliding layer (bounded by its window)
+        if cache is None or idx not in self.full_layers:  # nothing kept, or a sliding layer (bounded by its window)
             return output
         if not isinstance(cache.layers[idx], JudgedLayer) and cache.layers[idx].get_seq_length() == length:
             # the prefill (its tokens alone in the cache), told without reading cache_position off the device
-            if idx == min(self.pruned):
+            if idx == min(self.full_layers):
                 self.removed_counts.clear()
             refuse_other_presses(self, module)
             dense = cache.layers[idx]
