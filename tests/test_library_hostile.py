@@ -19,7 +19,14 @@ from transformers import DynamicCache
 
 from kvzap import publish
 from kvzap.plan import __main__ as plan_cli
-from kvzap.pruning import KVzapPress, PrecomputedScorerPress, TopKPerHeadPress, TopKPerLayerPress, calibration
+from kvzap.pruning import (
+    KVzapPress,
+    PrecomputedScorerPress,
+    TopKPerHeadPress,
+    TopKPerLayerPress,
+    calibration,
+    held_kv_bytes,
+)
 from kvzap.pruning.scorer_presses import SurrogateScorerPress
 from kvzap.surrogate.model import Surrogate
 from test_publish import make_surrogate
@@ -530,3 +537,8 @@ def test_publish_refuses_a_table_with_non_numeric_thresholds(published):
 )
 def test_plan_cli_refuses_files_that_are_not_configs(argv, message):
     assert message in _stops(plan_cli.main, *argv)
+
+
+def test_held_kv_bytes_refuses_what_is_not_a_cache():
+    with pytest.raises(TypeError, match="held_kv_bytes takes a transformers Cache .*got Tensor"):
+        held_kv_bytes(torch.zeros(3))

@@ -486,6 +486,8 @@ class MaskedLayer(JudgedLayer):
 def held_kv_bytes(cache) -> int:
     """Bytes a cache holds for keys and values over every layer: pruned layers' `nbytes`, dense and sliding-window
     layers' tensors (a hybrid model's sliding layers are left alone by KVzap but still hold memory)."""
+    if not isinstance(getattr(cache, "layers", None), list):
+        raise TypeError(f"held_kv_bytes takes a transformers Cache (e.g. a DynamicCache), got {type(cache).__name__}")
     total = 0
     for layer in cache.layers:
         if isinstance(layer, JudgedLayer):
