@@ -8,6 +8,8 @@ takes the max over rows and the GQA group, then the log. Ours is `oracle_scores(
 (the same single-repetition definition, sdpa model). Both get the same token ids, so their log KVzip+
 scores must agree; the run fails otherwise. kvpress's own `KVzipPress(kvzip_plus_normalization=True)` is
 timed too (prefill and its chunked scoring passes; its scores are another definition, see kvzap.oracle.scores).
+"plain" is the floor any oracle pays: one forward of the same repeat prompt through the decoder, scoring nothing.
+`ours_time_vs_plain` says how much of the oracle's time is the model's own compute (1.0: all of it).
 
 Each measurement runs in a fresh subprocess (model load, a short warm-up, then the timed scoring pass) so
 one method's freed memory cannot hide the next one's. Peak memory is the peak extra memory of the scoring
@@ -35,13 +37,14 @@ from transformers import DynamicCache
 from transformers.utils import logging
 
 from kvzap.atomic import atomic_write_json
+from kvzap.oracle.attention import decoder
 from kvzap.oracle.scores import RepeatPrompt, attention_modules, build_repeat_prompt, oracle_scores
 from kvzap.prepare.assets import paul_graham_essays
 from kvzap.prepare.models import ensure_prepared, load
 from records import output_file, positive_int
 
 SMALL_MODEL = "offline/SmolLM2-135M-Instruct"
-METHODS = {"ours": "sdpa", "ref": "eager", "kvpress": "sdpa"}  # method -> attention implementation
+METHODS = {"ours": "sdpa", "ref": "eager", "kvpress": "sdpa", "plain": "sdpa"}  # method -> attention implementation
 TOLERANCE = 1e-3  # max abs difference of log KVzip+ between ours and the reference (float32)
 
 
@@ -129,10 +132,16 @@ def run_kvpress(model, prompt: RepeatPrompt) -> None:
         model.model(input_ids=prompt.input_ids[:, : prompt.context.stop].to(device), past_key_values=DynamicCache())
 
 
+def run_plain(model, prompt: RepeatPrompt) -> None:
+    """The repeat prompt through the decoder stack alone, as the oracle runs it, with nothing scored."""
+    decoder(model)(input_ids=prompt.input_ids[:, : prompt.repeat.stop].to(next(model.parameters()).device))
+
+
 RUNNERS = {
     "ours": lambda model, prompt: oracle_scores(model, prompt, chunk_tokens=None).kvzip_plus_log,
     "ref": run_ref,
     "kvpress": run_kvpress,
+    "plain": run_plain,
 }
 
 
@@ -216,6 +225,9 @@ def main() -> None:
                     + (f"   {diff:.2e}" if m == "ours" else ""),
                     flush=True,
                 )
+            if "plain" in runs:
+                record["ours_time_vs_plain"] = runs["ours"]["seconds"] / runs["plain"]["seconds"]
+                print(f"{n_tokens:>8} ours' time / a plain forward's: {record['ours_time_vs_plain']:.2f}x", flush=True)
             records.append(record)
             assert diff < TOLERANCE, f"ours and the reference disagree at {n_tokens} tokens: {diff:.3e}"
     atomic_write_json(args.out, records)
