@@ -12,16 +12,10 @@ chunking to happen: the demo's 1k-token contexts take 256/512-token chunks.
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
-import torch
-from transformers.utils import logging
-
-from eviction import DEFAULT_MODEL
+import ruler_rows
 from kvzap.atomic import atomic_write_json
 from kvzap.evaluation.job import greedy_summary
-from kvzap.evaluation.suites import benchmark_module
-from kvzap.prepare.models import ensure_prepared, load
 from kvzap.pruning import KVzapPress, SurrogateScorerPress
 from records import output_file, positive_int
 
@@ -34,27 +28,11 @@ def main() -> None:
     )
     parser.add_argument("--threshold", type=float, required=True)
     parser.add_argument("--chunks", type=positive_int, nargs="+", default=[256, 512])
-    parser.add_argument(
-        "--model-json",
-        type=Path,
-        default=Path(".cache/smollm2/model.json"),
-        help=f"prepared model (prepared from {DEFAULT_MODEL} if missing)",
+    ruler_rows.add_arguments(
+        parser, subset="1024", tasks=["niah_single_1", "niah_single_2", "niah_multikey_1"], n_samples=20
     )
-    parser.add_argument("--subset", default="1024", help="RULER context length (offline generator)")
-    parser.add_argument("--tasks", nargs="+", default=["niah_single_1", "niah_single_2", "niah_multikey_1"])
-    parser.add_argument("--n-samples", type=positive_int, default=20, help="per task")
-    parser.add_argument("--max-new-tokens", type=positive_int, default=12)
-    parser.add_argument("--threads", type=positive_int, default=2)
-    parser.add_argument("--seed", type=int, default=42)
     args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-    logging.disable_progress_bar()
-
-    ensure_prepared(args.model_json, DEFAULT_MODEL)
-    model, tokenizer = load(args.model_json, dtype="float32", device_map="cpu")
-    bench = benchmark_module("ruler")
-    rows = bench.load("offline", args.subset, tokenizer, args.n_samples, args.seed, tasks=args.tasks)
-    rows["max_new_tokens"] = rows["max_new_tokens"].clip(upper=args.max_new_tokens)
+    model, tokenizer, bench, rows = ruler_rows.model_and_rows(args)
     scorer = SurrogateScorerPress(surrogate_path=args.surrogate, check_base_model=False)
     runs = {"whole": None, **{f"chunk {n}": n for n in args.chunks}}
     records = []
