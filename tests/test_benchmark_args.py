@@ -14,7 +14,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from records import nonnegative_int, output_file, positive_int, unit_fraction  # noqa: E402
 
 SCRIPTS = sorted(p for p in (ROOT / "benchmarks").glob("*.py") if p.name != "records.py")
-FREE_NUMBERS = {"--seed", "--threshold"}  # any integer seed, any real threshold
+FREE_NUMBERS = {"--seed", "--threshold", "--thresholds"}  # any integer seed, any real threshold
 
 
 @pytest.mark.parametrize(
