@@ -111,6 +111,7 @@ class LayerScorer:
         self.plus_log: dict[int, torch.Tensor] = {}
         self.hidden: dict[int, torch.Tensor] = {}
         self.kv: dict[int, torch.Tensor] = {}
+        self.grams: dict[int, torch.Tensor] = {}  # layer -> (H_kv, g, d, d) W_O^h^T W_O^h
 
     def keep_input(self, module: nn.Module, args, kwargs) -> None:
         """Forward pre-hook: the attention input h (batch of one)."""
@@ -136,23 +137,25 @@ class LayerScorer:
             table[layer][:, local] = scores.cpu()
 
     def _value_norms(self, layer: int, values: torch.Tensor, group: int) -> torch.Tensor:
-        """values (H_kv, C, d) -> (H_kv, g, C) = ||W_O^h v_i||, streamed over tokens to bound the (.., D) terms."""
+        """values (H_kv, C, d) -> (H_kv, g, C) = ||W_O^h v_i||, as sqrt(v_i^T G_h v_i) with G_h = W_O^h^T W_O^h (d x d):
+        d^2 operations per head and token instead of d x D for the (D,) product itself."""
         n_kv, _, d = values.shape
-        w_o = self.w_o[layer].float()
-        if w_o.shape[1] != n_kv * group * d:
-            raise NotImplementedError(
-                f"The output projection of layer {layer} takes {w_o.shape[1]} inputs, not heads x value dim "
-                f"({n_kv * group} x {d}): the oracle cannot split it per query head."
-            )
-        w_o = w_o.view(-1, n_kv, group, d)  # (D, H_kv, g, d): query head q = k*g + i
-        step = self.query_chunk
-        return torch.cat(
-            [
-                torch.einsum("kcd,ekgd->kgce", values[:, s : s + step], w_o).norm(dim=-1)
-                for s in range(0, values.shape[1], step)
-            ],
-            dim=-1,
-        )
+        gram = self._gram(layer, n_kv, group, d)  # (H_kv, g, d, d)
+        squared = ((values[:, None] @ gram) * values[:, None]).sum(dim=-1)  # (H_kv, g, C)
+        return squared.clamp_min_(0).sqrt_()
+
+    def _gram(self, layer: int, n_kv: int, group: int, d: int) -> torch.Tensor:
+        """G_h = W_O^h^T W_O^h of every query head of a layer, once per prompt (float32)."""
+        if layer not in self.grams:
+            w_o = self.w_o[layer].float()
+            if w_o.shape[1] != n_kv * group * d:
+                raise NotImplementedError(
+                    f"The output projection of layer {layer} takes {w_o.shape[1]} inputs, not heads x value dim "
+                    f"({n_kv * group} x {d}): the oracle cannot split it per query head."
+                )
+            heads = w_o.view(-1, n_kv, group, d).permute(1, 2, 0, 3)  # (H_kv, g, D, d): query head q = k*g + i
+            self.grams[layer] = heads.transpose(-1, -2) @ heads
+        return self.grams[layer]
 
     def _score(self, layer, query, key, value, scaling, softcap, sinks) -> tuple[torch.Tensor, torch.Tensor]:
         """(H_kv, C_k) KVzip and KVzip+ maxima of the scored context positions over the repeated queries."""
@@ -168,12 +171,13 @@ class LayerScorer:
         plus = torch.zeros_like(out_norm)
         for start in range(n - self.n_repeat, n, self.query_chunk):
             rows = slice(start, min(start + self.query_chunk, n))
-            q = query[:, rows].float().view(n_kv, group, -1, d)  # (H_kv, g, c, d)
-            logits = q @ keys[:, None].transpose(-1, -2) * scaling  # (H_kv, g, c, T)
+            q = query[:, rows].float().view(n_kv, group, -1, d) * scaling  # (H_kv, g, c, d)
+            logits = q @ keys[:, None].transpose(-1, -2)  # (H_kv, g, c, T)
             if softcap:
                 logits = torch.tanh(logits / softcap) * softcap
-            future = key_pos[None, :] > key_pos[n_seq - n + rows.start : n_seq - n + rows.stop, None]  # (c, T)
-            logits = logits.masked_fill_(future, float("-inf"))
+            first = n_seq - n + rows.start  # key position of the chunk's first query: no earlier key is in its future
+            future = key_pos[None, first:] > key_pos[first : n_seq - n + rows.stop, None]  # (c, T - first)
+            logits[..., first:].masked_fill_(future, float("-inf"))
             if sink is None:
                 attn = logits.softmax(dim=-1)
             else:  # the sink takes its share of the softmax and is not a key
@@ -181,7 +185,7 @@ class LayerScorer:
             attn = attn[..., self.scored]  # (H_kv, g, c, C_k)
             kvzip = torch.maximum(kvzip, attn.amax(dim=2))
             h_norm = h[rows].float().norm(dim=-1)  # (c,)
-            plus = torch.maximum(plus, (attn / h_norm[:, None]).amax(dim=2))
+            plus = torch.maximum(plus, attn.div_(h_norm[:, None]).amax(dim=2))  # attn is not read after
         plus = plus * out_norm  # max_j commutes with the j-independent positive factor ||W_O v_i||
         return kvzip.amax(dim=1), plus.amax(dim=1)
 
