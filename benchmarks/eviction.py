@@ -89,15 +89,20 @@ def decode_side_by_side(models: dict, presses: dict, ids: torch.Tensor, steps: i
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=output_file, required=True)
+def add_model_json(parser: argparse.ArgumentParser) -> None:
+    """--model-json: the demo model's model.json, prepared from DEFAULT_MODEL on first use."""
     parser.add_argument(
         "--model-json",
         type=Path,
         default=Path(".cache/smollm2/model.json"),
         help=f"prepared model (prepared from {DEFAULT_MODEL} if missing)",
     )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=output_file, required=True)
+    add_model_json(parser)
     parser.add_argument("--surrogate", default=None, help="surrogate folder or Hub id (default: random linear)")
     parser.add_argument("--contexts", type=positive_int, nargs="+", default=[2048, 4096, 8192])
     parser.add_argument("--ratios", type=unit_fraction, nargs="+", default=[0.5, 0.75])

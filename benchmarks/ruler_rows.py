@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 import pandas as pd
 import torch
 from transformers.utils import logging
 
-from eviction import DEFAULT_MODEL
+from eviction import DEFAULT_MODEL, add_model_json
 from kvzap.evaluation.suites import benchmark_module
 from kvzap.prepare.models import ensure_prepared, load
 from records import positive_int
@@ -17,12 +16,7 @@ from records import positive_int
 
 def add_arguments(parser: argparse.ArgumentParser, subset: str, tasks: list[str], n_samples: int) -> None:
     """The model, rows and thread options, with the calling script's defaults for the rows."""
-    parser.add_argument(
-        "--model-json",
-        type=Path,
-        default=Path(".cache/smollm2/model.json"),
-        help=f"prepared model (prepared from {DEFAULT_MODEL} if missing)",
-    )
+    add_model_json(parser)
     parser.add_argument("--subset", default=subset, help="RULER context length (offline generator)")
     parser.add_argument("--tasks", nargs="+", default=tasks)
     parser.add_argument("--n-samples", type=positive_int, default=n_samples, help="per task")
