@@ -59,18 +59,30 @@ def test_plan_command_lines_parse(name):
         if eval_job.group is not None:
             assert args.decode_batch == config["evaluation"]["decode_batch"]
         bench = config["evaluation"]["benchmarks"][eval_job.bench]["benchmark"]
-        batch_size = config["evaluation"]["batch_size"].get(eval_job.model, 1) if bench == "aime25" else 1
+        batched = bench == "aime25" or eval_job.group is not None
+        batch_size = config["evaluation"]["batch_size"].get(eval_job.model, 1) if batched else 1
         assert args.batch_size == batch_size
 
 
-def test_aime_jobs_get_their_models_batch_size():
+def test_aime_and_prefill_group_jobs_get_their_models_batch_size():
     config = planned("rehearsal.yaml")
-    aime = [j for j in sweep.eval_jobs(config) if j.bench == "aime25"]
-    sizes = {
-        j.model: job.parse_args(["--model", "m", *shlex.split(commands.evaluate_args(config, j, 0, 1))]).batch_size
-        for j in aime
-    }
-    assert sizes == {"qwen3-8b": 2, "qwen3-32b": 1}
+
+    def sizes(jobs) -> dict[str, set[int]]:
+        out = {}
+        for j in jobs:
+            words = shlex.split(commands.evaluate_args(config, j, 0, 1))
+            out.setdefault(j.model, set()).add(job.parse_args(["--model", "m", *words]).batch_size)
+        return out
+
+    jobs = sweep.eval_jobs(config)
+    assert sizes(j for j in jobs if j.bench == "aime25") == {"qwen3-8b": {2}, "qwen3-32b": {1}}
+    groups = sizes(j for j in jobs if j.group is not None and j.bench != "aime25")
+    assert (
+        groups["qwen3-8b"] == {2}
+        and groups.keys() > {"qwen3-8b"}
+        and all(size == {1} for model, size in groups.items() if model != "qwen3-8b")
+    )
+    assert all(size == {1} for size in sizes(j for j in jobs if j.group is None and j.bench != "aime25").values())
 
 
 def test_training_kind_needs_its_settings(capsys, monkeypatch):

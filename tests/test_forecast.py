@@ -53,6 +53,14 @@ def test_aime_batches_divide_its_decoding_steps():
     assert alone["llama-3.1-8b-instruct"].decode_steps_max == batched["llama-3.1-8b-instruct"].decode_steps_max
 
 
+def test_a_prefill_groups_samples_decode_together():
+    config = planned("ci.yaml")  # one group of 4 cells (full, kvzap_linear, kvzap_mlp, knorm), 12 new tokens
+    config["evaluation"]["benchmarks"]["ruler-512"]["n_samples"] = 8
+    config["evaluation"]["batch_size"] = {"smollm2-135m": 8}  # rows: 2 samples x 4 cells per decode
+    cost = forecast._evaluation(config, forecast.TYPICAL, shared=True)["smollm2-135m"]
+    assert (cost.prefill_tokens, cost.decode_steps_max) == (8 * 512, 4 * 12)  # 8 prefills, 4 decodes of 12 steps
+
+
 def test_a_per_model_throughput_applies_to_that_model_only():
     config = planned("paper.yaml")
     base, slower = _rows(config), _rows(config, **{"qwen3-32b": {"prefill_tokens_per_s": 6_000}})

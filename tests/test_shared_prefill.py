@@ -94,6 +94,7 @@ def test_from_rows_attends_over_exactly_its_rows():
 
 
 def test_a_group_job_writes_what_each_cell_alone_writes(tmp_path, setup):
+    """Samples batched two at a time in the group, one at a time alone: the same bytes."""
     tok = tiny_tokenizer()
     model = tiny_model("llama", len(tok), max_position_embeddings=2048, **SHAPE)
     model.save_pretrained(tmp_path / "hf")
@@ -102,13 +103,13 @@ def test_a_group_job_writes_what_each_cell_alone_writes(tmp_path, setup):
     model_json.write_text(json.dumps({"model_id": "tiny", "path": str(tmp_path / "hf"), "revision": "r0"}))
     cells, subsets = ["full", "knorm=0.5", "streaming_llm=0.5"], ["256", "300"]
 
-    def run(cell_tokens, out_root):
+    def run(cell_tokens, out_root, *extra):
         outs = [str(out_root / c / s) for c in cell_tokens for s in subsets]
         argv = ["--model", str(model_json), "--benchmark", "ruler", "--subsets", *subsets, "--tasks", "niah_single_2"]
-        argv += ["--n-samples", "2", "--max-new-tokens", "4", "--model-name", "m", "--bench-name", "r", "--cells"]
-        job.main(argv + [*cell_tokens, "--decode-batch", "2", "--out", *outs])
+        argv += ["--n-samples", "3", "--max-new-tokens", "4", "--model-name", "m", "--bench-name", "r", "--cells"]
+        job.main(argv + [*cell_tokens, "--decode-batch", "2", *extra, "--out", *outs])
 
-    run(cells, tmp_path / "group")
+    run(cells, tmp_path / "group", "--batch-size", "4")  # 2 samples x 2 cells per decode
     for cell in cells:
         run([cell], tmp_path / "alone")
     for cell in cells:
@@ -140,15 +141,20 @@ def test_bad_cells_and_batches_are_refused_with_the_fix(tmp_path, extra, message
         job.evaluate(job.parse_args(argv + extra + ["--out", *outs]))
 
 
+def _hybrid_model(tok, window: int):
+    """Gemma 3's layout in two layers: a sliding-window layer, then a full-attention one."""
+    hybrid = dict(sliding_window=window, layer_types=["sliding_attention", "full_attention"])
+    config = AutoConfig.for_model("gemma3_text", vocab_size=len(tok), **{**TINY_SIZES, **SHAPE, **hybrid})
+    config._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    return AutoModelForCausalLM.from_config(config).eval().requires_grad_(False)
+
+
 def test_a_hybrid_model_shares_its_sliding_layers_across_cells():
     """Gemma 3's layout: a sliding layer (window far shorter than the contexts) keeps its bounded cache, copied
     for every row; the full layer holds each cell's kept entries. Answers equal the per-cell path's."""
     tok = tiny_tokenizer()
-    hybrid = dict(sliding_window=8, layer_types=["sliding_attention", "full_attention"])
-    config = AutoConfig.for_model("gemma3_text", vocab_size=len(tok), **{**TINY_SIZES, **SHAPE, **hybrid})
-    config._attn_implementation = "sdpa"
-    torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(config).eval().requires_grad_(False)
+    model = _hybrid_model(tok, window=8)
     rows = _rows()
     cache = DynamicCache()
     model(tok(rows.context[0], return_tensors="pt").input_ids, past_key_values=cache)
@@ -162,3 +168,82 @@ def test_a_hybrid_model_shares_its_sliding_layers_across_cells():
         assert together["compression_ratio"].tolist() == pytest.approx(alone["compression_ratio"].tolist())
     ratios = [frame["compression_ratio"].mean() for frame in shared]
     assert ratios[0] == 0 and 0.05 < ratios[1] < ratios[2] < ratios[3] < 0.95, ratios
+
+
+def _uneven_rows() -> pd.DataFrame:
+    """Samples of different context lengths, question lengths and answer budgets (RULER mixes tasks in a cell)."""
+    questions = ["What is the number?", "What is the special magic number for the long key mentioned above?"]
+    return pd.DataFrame(
+        [
+            {
+                "sample_id": f"u{i}",
+                "context": TEXT[i * 37 :] * (1 + i % 3),
+                "question": questions[i % 2] + " x" * (i % 4),
+                "answer_prefix": " Answer:",
+                "max_new_tokens": (6, 12, 9)[i % 3],
+            }
+            for i in range(5)
+        ]
+    )
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen3"])
+def test_samples_decoded_together_answer_as_each_sample_alone(family, setup):
+    """Several samples per decode (left-padded contexts, ragged questions and answer budgets): every cell's answers,
+    ratios and bytes equal those of one sample at a time, and of kvpress's per-cell pipeline."""
+    tok = tiny_tokenizer()
+    model = tiny_model(family, len(tok), **SHAPE)
+    rows = _uneven_rows()
+    lengths = {len(tok(context).input_ids) for context in rows.context}
+    assert len(lengths) == len(rows), "the samples' contexts must differ in length"
+    cells = [("full", None), ("kvzap_mlp", -0.5), ("kvzap_linear", 0.0), ("knorm", 0.5), ("kvzap_mlp_head", 0.5)]
+    built = [presses.build(name, value, setup) for name, value in cells]
+    alone = shared_prefill.run_greedy_shared(model, tok, rows, built, decode_batch=2, samples=1)
+    together = shared_prefill.run_greedy_shared(model, tok, rows, built, decode_batch=2, samples=3)
+    for (name, _), one, many in zip(cells, alone, together):
+        pd.testing.assert_frame_equal(one, many, obj=name)
+    reference = job.run_greedy(model, tok, rows, presses.build("kvzap_mlp", -0.5, setup))
+    assert together[1]["prediction"].tolist() == reference["prediction"].tolist()
+    assert len({len(answer) for answer in together[0]["prediction"]}) > 1, "the rows must end at different steps"
+
+
+def test_a_hybrid_models_samples_decode_together_with_their_sliding_windows_padded():
+    """Gemma 3's layout with samples shorter and longer than the sliding window: answers equal one sample at a time."""
+    tok = tiny_tokenizer()
+    model = _hybrid_model(tok, window=48)
+    rows = _uneven_rows()
+    rows.loc[0, "context"] = TEXT[:60]  # fewer tokens than the window
+    assert min(len(tok(context).input_ids) for context in rows.context) < 48
+    cells = [None, KVzapPress(KnormPress(), threshold=-1.0, window=4), KnormPress(0.5)]
+    alone = shared_prefill.run_greedy_shared(model, tok, rows, cells, samples=1)
+    together = shared_prefill.run_greedy_shared(model, tok, rows, cells, samples=5)
+    for one, many in zip(alone, together):
+        pd.testing.assert_frame_equal(one, many)
+    reference = job.run_greedy(model, tok, rows, None)
+    assert together[0]["prediction"].tolist() == reference["prediction"].tolist()
+
+
+def test_a_padded_sliding_window_is_hidden_from_the_question():
+    """Logits, not just answers (a tiny model's argmax rarely moves): the question of a sample shorter than the
+    window, decoded beside a longer one, sees only its own entries."""
+    tok = tiny_tokenizer()
+    model = _hybrid_model(tok, window=48)
+    shared_prefill.use_kvzap_attention(model)
+    contexts = [tok(text, return_tensors="pt").input_ids for text in (TEXT[:60], TEXT[:900])]
+    prefills = [shared_prefill.record(model, ids) for ids in contexts]
+    question = tok(" What is the number?").input_ids
+
+    def logits(chosen: list) -> torch.Tensor:
+        groups = [(p, [shared_prefill.kept_rows(model, p, None)[0]]) for p in chosen]
+        cache = shared_prefill.batched_cache(groups, model.config.num_key_value_heads)
+        lengths = [p.length for p in chosen]
+        mask = shared_prefill._padding_mask(cache, lengths, model.device)
+        if mask is not None:
+            mask = torch.cat([mask, mask.new_ones(len(chosen), len(question))], -1)
+        positions = torch.tensor(lengths)[:, None] + torch.arange(len(question))
+        ids = torch.tensor([question] * len(chosen))
+        return model(input_ids=ids, past_key_values=cache, position_ids=positions, attention_mask=mask).logits
+
+    together, alone = logits(prefills), logits(prefills[:1])
+    assert prefills[0].length < 48 < prefills[1].length
+    torch.testing.assert_close(together[0], alone[0], rtol=1e-4, atol=1e-5)

@@ -25,7 +25,7 @@ from kvzap.evaluation.predictions import measured_means, write_predictions
 from kvzap.evaluation.prefill_cache import memory_after_prefill, prefill_cache
 from kvzap.evaluation.shared_prefill import run_greedy_shared
 from kvzap.evaluation.suites import BENCHMARKS, benchmark_module
-from kvzap.plan import families
+from kvzap.plan import families, sweep
 from kvzap.prepare import models
 from kvzap.provenance import stamp
 from kvzap.pruning.windowed_press import WindowedPress
@@ -202,7 +202,7 @@ def evaluate(args) -> list[dict]:
     if args.decode_batch is not None and args.decode_batch < 1:
         raise SystemExit(f"--decode-batch {args.decode_batch}: must be at least 1 (cells decoded as one batch).")
     if args.batch_size < 1:
-        raise SystemExit(f"--batch-size {args.batch_size}: must be at least 1 (rollouts generated as one batch).")
+        raise SystemExit(f"--batch-size {args.batch_size}: must be at least 1 (rows generated as one batch).")
     if len(cells) * len(args.subsets) != len(args.out):
         raise SystemExit(
             f"--out needs one folder per cell and subset, cell by cell: {len(cells)} x {len(args.subsets)}, "
@@ -271,12 +271,18 @@ def evaluate_subset(args, subset: str, cells, outs, model, tokenizer, built, ben
     check_lengths(rows, tokenizer, model.config.max_position_embeddings)
 
     if shares_prefill(model, cells):
-        outputs = run_greedy_shared(model, tokenizer, rows, built, args.decode_batch or len(built))
+        decode_batch = args.decode_batch or len(built)
+        samples = sweep.samples_per_decode(args.batch_size, decode_batch, len(built))
+        outputs = run_greedy_shared(model, tokenizer, rows, built, decode_batch, samples)
     elif generation and generation.get("do_sample"):
         outputs = [run_sampling(model, tokenizer, rows, built[0], generation, args.seed, args.batch_size)]
     else:
         outputs = [run_greedy(model, tokenizer, rows, press) for press in built]
-    common = {k: v for k, v in vars(args).items() if k not in ("subsets", "out", "cells", "decode_batch")}
+    # how rows were batched changes no greedy output (a sampled batch is seeded by its first row: that stays)
+    layout = ("subsets", "out", "cells", "decode_batch") + (
+        () if generation and generation.get("do_sample") else ("batch_size",)
+    )
+    common = {k: v for k, v in vars(args).items() if k not in layout}
     return [
         write_cell(args, bench, rows, output, subset, method, value, out, common)
         for (method, value), output, out in zip(cells, outputs, outs)
@@ -323,7 +329,11 @@ def parse_args(argv=None):
         "--decode-batch", type=int, default=None, help="cells of a prefill group decoded as one batch (default: all)"
     )
     parser.add_argument(
-        "--batch-size", type=int, default=1, help="sampling benchmarks: rollouts generated as one batch (default: 1)"
+        "--batch-size",
+        type=int,
+        default=1,
+        help="rows generated as one batch: a sampling benchmark's rollouts, or a prefill group's samples x the cells "
+        "decoded together (default: 1)",
     )
     parser.add_argument("--surrogate-linear", type=Path, default=None)
     parser.add_argument("--surrogate-mlp", type=Path, default=None)

@@ -5,11 +5,15 @@ layer's attention input, keys and values) is the same for the full cache, every 
 and every kvpress scorer baseline at every ratio. This module runs that prefill once (`record`), lets each cell's
 press choose its kept entries from it by calling the press's own hook on the recorded layer (`kept_rows`), and
 decodes the question and answer of all cells as one batch whose row i holds cell i's kept entries
-(`PrunedLayer.from_rows`): same prompt, same positions, no padding. The per-cell path (`job.run_greedy`, kvpress's
-pipeline) stays the reference; the greedy answers agree with it (tests/test_shared_prefill.py).
+(`PrunedLayer.from_rows`). Several samples can decode together (rows: samples x cells): a shorter context counts
+as left padding that no pruned layer stores, each row reads its question at its own positions, and questions of
+different lengths are fed one column at a time past their common part (`decode`), so no row holds padding after
+its context. The per-cell path (`job.run_greedy`, kvpress's pipeline) stays the reference; the greedy answers agree
+with it, batched or not (tests/test_shared_prefill.py).
 
 On hybrid models the sliding-window layers are the same for every cell (no press touches them): the prefill keeps
-transformers' bounded layer, and every row of the batch gets a copy of it.
+transformers' bounded layer, and every row of the batch gets a copy of it (left-padded with zeros to the longest
+sample's, hidden by the decode's attention mask).
 
 A cell's `kv_bytes` are those of the entries it keeps (its rows and the sliding windows): the per-cell path's held
 bytes, less what a layer holds besides them (our pruned layers' spare slots and window scores, the entries a kvpress
@@ -23,9 +27,10 @@ from dataclasses import dataclass
 
 import pandas as pd
 import torch
+import torch.nn.functional as F
 from tqdm import tqdm
 from transformers import DynamicCache, pipeline
-from transformers.cache_utils import DynamicLayer
+from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 
 from kvzap.layer_types import skipped_layers
 from kvzap.oracle.scores import attention_modules
@@ -129,84 +134,146 @@ def kept_rows(model, prefill: Prefill, press) -> tuple[list, float]:
     return rows, float(press.compression_ratio)
 
 
-def batched_cache(cells: list[list], heads: int, prefill: Prefill) -> DynamicCache:
-    """One cache whose batch row i holds cell i's kept entries, layer by layer (a sliding layer: its bounded
-    prefill layer, repeated for every row)."""
+def batched_cache(groups: list[tuple[Prefill, list[list]]], heads: int) -> DynamicCache:
+    """One cache holding, prefill by prefill, a batch row per cell with that cell's kept entries, layer by layer (a
+    sliding layer: the prefill's bounded layer, repeated for its cells). Prefills shorter than the longest are
+    left-padded to it: in a pruned layer the padding is counted, never stored; in a sliding layer it is zeros that
+    the decode's attention mask hides."""
+    length = max(prefill.length for prefill, _ in groups)
+    pads = [length - prefill.length for prefill, cells in groups for _ in cells]
     cache = DynamicCache()
     cache.layers = [
-        _repeated(prefill.sliding[layer], len(cells))
-        if layer in prefill.sliding
+        _stacked([(prefill.sliding[layer], len(cells)) for prefill, cells in groups], length)
+        if layer in groups[0][0].sliding
         else PrunedLayer.from_rows(
-            [k for cell in cells for k in cell[layer][0]],
-            [v for cell in cells for v in cell[layer][1]],
+            [k for _, cells in groups for cell in cells for k in cell[layer][0]],
+            [v for _, cells in groups for cell in cells for v in cell[layer][1]],
             heads,
-            prefill.length,
+            length,
+            pads,
         )
-        for layer in range(len(cells[0]))
+        for layer in range(len(groups[0][0].keys))
     ]
     return cache
 
 
-def _repeated(layer: DynamicLayer, batch: int) -> DynamicLayer:
-    """A copy of a one-sample dense layer with `batch` rows (the prefill's own layer is left as it is)."""
-    rows = copy.copy(layer)
-    rows.batch_repeat_interleave(batch)
-    return rows
+def _stacked(parts: list[tuple[DynamicLayer, int]], length: int) -> DynamicLayer:
+    """One dense layer from one-sample layers, each repeated for its cells and left-padded with zeros to the
+    longest, which holds the last entries of `length` positions (the prefills' own layers are left as they are)."""
+    layers = [layer for layer, _ in parts]
+    if len({layer.get_seq_length() for layer in layers}) > 1 and not isinstance(layers[0], DynamicSlidingWindowLayer):
+        raise NotImplementedError(
+            f"Prefills of different lengths cannot share a {type(layers[0]).__name__}: decode one sample at a time "
+            "(--batch-size no larger than the cells decoded together)."
+        )
+    held = max(layer.keys.shape[-2] for layer in layers)
+
+    def rows(name: str) -> torch.Tensor:
+        parts_ = [(getattr(layer, name), n) for layer, n in parts]
+        return torch.cat([F.pad(x, (0, 0, held - x.shape[-2], 0)).repeat_interleave(n, 0) for x, n in parts_])
+
+    out = copy.copy(layers[0])
+    out.keys, out.values = rows("keys"), rows("values")
+    if isinstance(out, DynamicSlidingWindowLayer):
+        out.cumulative_length = length
+    return out
+
+
+def _padding_mask(cache, context_lengths: list[int], device) -> torch.Tensor | None:
+    """(B, seen) ones after each row's padding, for caches whose dense layers hold padding (a hybrid model's
+    sliding layers); None where no layer does (a pruned layer stores none, so nothing needs hiding)."""
+    seen = cache.get_seq_length()
+    pads = torch.tensor([seen - n for n in context_lengths], device=device)
+    if not bool(pads.any()) or all(isinstance(layer, JudgedLayer) for layer in cache.layers):
+        return None
+    return (torch.arange(seen, device=device)[None] >= pads[:, None]).long()
 
 
 @torch.no_grad()
-def decode(model, cache, question_ids: torch.Tensor, context_length: int, max_new_tokens: int) -> list[list[int]]:
-    """Greedy answers of every row, as kvpress's pipeline decodes one: the question at positions after the
-    context, then one token at a time until an end-of-sequence token (kept) or max_new_tokens."""
-    batch = next(layer for layer in cache.layers if isinstance(layer, PrunedLayer)).removed_shape[0]
-    positions = torch.arange(context_length, context_length + question_ids.shape[1], device=model.device)
-    positions = positions.expand(batch, -1)
-    logits = model(
-        input_ids=question_ids.expand(batch, -1), past_key_values=cache, position_ids=positions, logits_to_keep=1
-    ).logits
+def decode(
+    model, cache, questions: list[list[int]], context_lengths: list[int], max_new_tokens: list[int]
+) -> list[list[int]]:
+    """Greedy answers of every row, as kvpress's pipeline decodes one: row b's question at the positions after its
+    context, then one token at a time until an end-of-sequence token (kept) or its max_new_tokens.
+
+    Rows' questions may differ in length: the part they all have runs as one forward, then every step feeds each
+    row its next question token or its last answer token, so no row holds padding after its context."""
+    device = model.device
     stop = model.generation_config.eos_token_id
-    stop = torch.tensor(stop if isinstance(stop, list) else [stop], device=model.device)
-    tokens = [logits[:, -1].argmax(-1)]
-    done = torch.isin(tokens[-1], stop)
-    next_position = positions[:, -1:] + 1
-    for step in range(max_new_tokens - 1):
-        if bool(done.all()):
-            break
-        logits = model(input_ids=tokens[-1][:, None], past_key_values=cache, position_ids=next_position + step).logits
-        tokens.append(logits[:, -1].argmax(-1))
-        done |= torch.isin(tokens[-1], stop)
-    stops, answers = set(stop.tolist()), []
-    for row in torch.stack(tokens, 1).tolist():
-        end = next((i for i, token in enumerate(row) if token in stops), len(row) - 1)
-        answers.append(row[: end + 1])
-    return answers
+    stops = set(stop if isinstance(stop, list) else [stop])
+    offsets = torch.tensor(context_lengths, device=device)[:, None]  # each row's first question position
+    mask = _padding_mask(cache, context_lengths, device)
+    common = min(len(q) for q in questions)
+
+    def forward(ids: list[list[int]], fed: int):
+        nonlocal mask
+        width = len(ids[0])
+        if mask is not None:
+            mask = torch.cat([mask, mask.new_ones(len(ids), width)], -1)
+        positions = offsets + torch.arange(fed, fed + width, device=device)
+        ids = torch.tensor(ids, device=device)
+        return model(
+            input_ids=ids, past_key_values=cache, position_ids=positions, attention_mask=mask, logits_to_keep=1
+        )
+
+    logits = forward([q[:common] for q in questions], 0).logits
+    answers, done, fed = [[] for _ in questions], [False] * len(questions), common
+    while True:
+        chosen = logits[:, -1].argmax(-1).tolist()
+        for b, (question, answer) in enumerate(zip(questions, answers)):
+            if not done[b] and fed >= len(question):
+                answer.append(chosen[b])
+                done[b] = chosen[b] in stops or len(answer) >= max_new_tokens[b]
+        if all(done):
+            return answers
+        ids = [[q[fed]] if fed < len(q) else [a[-1]] for q, a in zip(questions, answers)]
+        logits = forward(ids, fed).logits
+        fed += 1
 
 
 def run_greedy_shared(
-    model, tokenizer, rows: pd.DataFrame, presses: list, decode_batch: int = 16
+    model, tokenizer, rows: pd.DataFrame, presses: list, decode_batch: int = 16, samples: int = 1
 ) -> list[pd.DataFrame]:
-    """`job.run_greedy` for many cells at once: per sample, one prefill and one decode per `decode_batch` cells.
-    Returns one outputs frame per press (None: the full cache), in order."""
+    """`job.run_greedy` for many cells at once: one prefill per sample, and one decode per `decode_batch` cells of
+    `samples` samples together (rows: samples x cells). Returns one outputs frame per press (None: the full cache),
+    in order."""
     pipe = pipeline("kv-press-text-generation", model=model, tokenizer=tokenizer, device=model.device)
     use_kvzap_attention(model)  # the batched cache is read by the "kvzap" attention
     heads = model.config.num_key_value_heads
-    out = [[] for _ in presses]
-    for row in tqdm(list(rows.itertuples()), desc=f"samples ({len(presses)} cells, one prefill each)"):
-        # the pipeline's own chat template, question suffix and truncation, as the per-cell path gets them
-        options = pipe._sanitize_parameters(question=row.question, answer_prefix=row.answer_prefix)[0]
-        inputs = pipe.preprocess(row.context, **options)
-        context_ids = inputs["context_ids"].to(model.device)
-        prefill = record(model, context_ids)
+    out, todo = [[] for _ in presses], list(rows.itertuples())
+    progress = tqdm(total=len(todo), desc=f"samples ({len(presses)} cells, one prefill each, {samples} per batch)")
+    for start in range(0, len(todo), samples):
+        batch = todo[start : start + samples]
+        prompts = [_prompt(pipe, row, model.device) for row in batch]
+        prefills = [record(model, context_ids) for context_ids, _ in prompts]
         for first in range(0, len(presses), decode_batch):
-            chosen = [kept_rows(model, prefill, press) for press in presses[first : first + decode_batch]]
-            cache = batched_cache([rows_ for rows_, _ in chosen], heads, prefill)
-            answers = decode(
-                model, cache, inputs["questions_ids"][0].to(model.device), prefill.length, int(row.max_new_tokens)
-            )
-            for i, ((kept, ratio), answer) in enumerate(zip(chosen, answers)):
-                text = tokenizer.decode(answer, skip_special_tokens=True)
-                memory = {"kv_bytes": kept_bytes(kept, prefill), "full_kv_bytes": prefill.nbytes}
-                out[first + i].append(
-                    {"sample_id": row.sample_id, "prediction": text, "compression_ratio": ratio, **memory}
+            chunk = presses[first : first + decode_batch]
+            chosen = [[kept_rows(model, prefill, press) for press in chunk] for prefill in prefills]
+            cache = batched_cache([(p, [kept for kept, _ in cells]) for p, cells in zip(prefills, chosen)], heads)
+            answers = iter(
+                decode(
+                    model,
+                    cache,
+                    [question for _, question in prompts for _ in chunk],
+                    [prefill.length for prefill in prefills for _ in chunk],
+                    [int(row.max_new_tokens) for row in batch for _ in chunk],
                 )
+            )
+            for row, prefill, cells in zip(batch, prefills, chosen):
+                for i, (kept, ratio) in enumerate(cells):
+                    text = tokenizer.decode(next(answers), skip_special_tokens=True)
+                    memory = {"kv_bytes": kept_bytes(kept, prefill), "full_kv_bytes": prefill.nbytes}
+                    out[first + i].append(
+                        {"sample_id": row.sample_id, "prediction": text, "compression_ratio": ratio, **memory}
+                    )
+        progress.update(len(batch))
+    progress.close()
     return [pd.DataFrame(cell) for cell in out]
+
+
+def _prompt(pipe, row, device) -> tuple[torch.Tensor, list[int]]:
+    """(1, T) context ids and the question's ids, with the pipeline's own chat template, question suffix and
+    truncation, as the per-cell path gets them."""
+    options = pipe._sanitize_parameters(question=row.question, answer_prefix=row.answer_prefix)[0]
+    inputs = pipe.preprocess(row.context, **options)
+    return inputs["context_ids"].to(device), inputs["questions_ids"][0][0].tolist()

@@ -106,7 +106,7 @@ def evaluate_args(config: dict, job: EvalJob, shard: int, n_shards: int) -> str:
     if job.group is not None:
         args += ["--decode-batch", str(config["evaluation"]["decode_batch"])]
     batch_size = config["evaluation"]["batch_size"].get(job.model, 1)
-    if bench["benchmark"] == "aime25" and batch_size > 1:
+    if (job.group is not None or bench["benchmark"] == "aime25") and batch_size > 1:
         args += ["--batch-size", str(batch_size)]
     if bench.get("tasks"):
         args += ["--tasks", *bench["tasks"]]

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from kvzap.evaluation import methods
 from kvzap.evaluation.suites import catalog
-from kvzap.plan.sweep import eval_jobs
+from kvzap.plan.sweep import eval_jobs, samples_per_decode
 
 THROUGHPUT = {
     # benchmarks/h200/gpu_decode_8k_bfloat16.json: the full cache prefills 8,192 tokens in 0.325 s
@@ -86,13 +86,16 @@ def _evaluation(config: dict, typical: dict, shared: bool) -> dict[str, Cost]:
         batches = math.ceil(len(cells) / config["evaluation"]["decode_batch"]) if grouped else len(cells)
         cost.jobs += bench["shards"] * (1 if grouped else len(cells))
         fraction = typical["expected_new_fraction"][bench["benchmark"]]
-        # AIME rollouts: evaluation.batch_size rows per generate call in the layout the pipeline runs (a batch
-        # steps until its longest row ends; the expected fraction is kept as for one row, an estimate)
-        rows_per_call = config["evaluation"]["batch_size"].get(job.model, 1) if shared else 1
+        # evaluation.batch_size rows per call in the layout the pipeline runs: AIME rollouts per generate call, a
+        # prefill group's samples per decode (a batch steps until its longest row ends; the expected fraction is
+        # kept as for one row, an estimate)
+        rows = config["evaluation"]["batch_size"].get(job.model, 1) if shared else 1
+        decode_batch = config["evaluation"]["decode_batch"]
+        per_call = samples_per_decode(rows, decode_batch, len(cells)) if grouped else rows
         for subset in bench["subsets"]:
             samples, context, new = _samples(bench, subset, typical)
             passes = 1 if grouped else sum(2 if methods.METHODS[m].own_prefill else 1 for m, _ in cells)
-            calls = math.ceil(samples / rows_per_call) if bench["benchmark"] == "aime25" else samples
+            calls = math.ceil(samples / per_call) if grouped or bench["benchmark"] == "aime25" else samples
             cost.prefill_tokens += samples * context * passes
             cost.new_tokens_max += samples * new * len(cells)
             cost.new_tokens_expected += samples * new * fraction * len(cells)

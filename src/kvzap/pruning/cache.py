@@ -196,9 +196,10 @@ class JudgedLayer(CacheLayerMixin):
         return attend(query)
 
     def _check_past(self, attention_mask: torch.Tensor, length: int) -> None:
-        """The mask may hide earlier tokens only where they are padding: judged entries are gone or packed."""
+        """The mask may hide earlier tokens only where they are padding: judged entries are gone or packed. The
+        layer hides its padding itself, so a mask may show it (one built without the padding, e.g. from none)."""
         hidden = hidden_counts(attention_mask[..., : self.seen - length])
-        if not torch.equal(hidden, self.pad_counts.clamp(max=self.seen - length).to(hidden.device)):
+        if bool((hidden > self.pad_counts.clamp(max=self.seen - length).to(hidden.device)).any()):
             raise NotImplementedError(
                 f"{MASK_ERROR} (it hides {hidden.tolist()} earlier tokens per row, the padding is {self.pads})"
             )
@@ -340,12 +341,15 @@ class PrunedLayer(JudgedLayer):
         self.starts, self.capacities, self.lengths = [0] * n_rows, [0] * n_rows, [0] * n_rows
 
     @classmethod
-    def from_rows(cls, keys: list[torch.Tensor], values: list[torch.Tensor], heads: int, seen: int) -> PrunedLayer:
+    def from_rows(
+        cls, keys: list[torch.Tensor], values: list[torch.Tensor], heads: int, seen: int, pads: list[int] | None = None
+    ) -> PrunedLayer:
         """A layer whose every token is judged: row r (= b * H + h) keeps keys[r], values[r] (n_r, D) of the `seen`
-        tokens, and the window is empty. Serves rows pruned apart from this layer (one prefill, many presses)."""
+        tokens, the first pads[b] of them padding, and the window is empty. Serves rows pruned apart from this
+        layer (one prefill, many presses; prefills of different lengths, left-padded to the longest)."""
         batch, dim = len(keys) // heads, keys[0].shape[-1]
         empty = keys[0].new_empty(batch, heads, 0, dim)
-        layer = cls(empty, empty.clone())
+        layer = cls(empty, empty.clone(), pads)
         lengths = torch.tensor([k.shape[0] for k in keys], device=layer.device)
         layer._repack(lengths)
         layer.packed_keys, layer.packed_values = torch.cat(keys), torch.cat(values)
