@@ -158,6 +158,12 @@ def test_masks_that_hide_more_than_padding_are_refused(model):
         step[3, -5] = 0  # hides a token the cache judged as real
         with pytest.raises(NotImplementedError, match="hides .* earlier tokens per row, the padding is"):
             model(ids[:, -1:], attention_mask=step, past_key_values=cache)
+        padded = int((mask == 0).sum(-1).argmax())
+        assert int((mask[padded] == 0).sum()) >= 2
+        fewer = torch.ones(4, mask.shape[1] + 1, dtype=mask.dtype)  # shows every row's padding: allowed...
+        fewer[padded, -5] = 0  # ...but then hides one real token of a padded row, fewer than its padding
+        with pytest.raises(NotImplementedError, match="hides .* earlier tokens per row, the padding is"):
+            model(ids[:, -1:], attention_mask=fewer, past_key_values=cache)
 
 
 def test_full_attention_mask_is_accepted(model):

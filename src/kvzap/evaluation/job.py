@@ -270,18 +270,17 @@ def evaluate_subset(args, subset: str, cells, outs, model, tokenizer, built, ben
     rows["context_tokens"] = [_n_tokens(tokenizer, context) for context in rows["context"]]
     check_lengths(rows, tokenizer, model.config.max_position_embeddings)
 
+    sampled = bool(generation and generation.get("do_sample"))
     if shares_prefill(model, cells):
         decode_batch = args.decode_batch or len(built)
         samples = sweep.samples_per_decode(args.batch_size, decode_batch, len(built))
         outputs = run_greedy_shared(model, tokenizer, rows, built, decode_batch, samples)
-    elif generation and generation.get("do_sample"):
+    elif sampled:
         outputs = [run_sampling(model, tokenizer, rows, built[0], generation, args.seed, args.batch_size)]
     else:
         outputs = [run_greedy(model, tokenizer, rows, press) for press in built]
     # how rows were batched changes no greedy output (a sampled batch is seeded by its first row: that stays)
-    layout = ("subsets", "out", "cells", "decode_batch") + (
-        () if generation and generation.get("do_sample") else ("batch_size",)
-    )
+    layout = ("subsets", "out", "cells", "decode_batch") + (() if sampled else ("batch_size",))
     common = {k: v for k, v in vars(args).items() if k not in layout}
     return [
         write_cell(args, bench, rows, output, subset, method, value, out, common)

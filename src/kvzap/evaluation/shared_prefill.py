@@ -169,8 +169,8 @@ def _stacked(parts: list[tuple[DynamicLayer, int]], length: int) -> DynamicLayer
     held = max(layer.keys.shape[-2] for layer in layers)
 
     def rows(name: str) -> torch.Tensor:
-        parts_ = [(getattr(layer, name), n) for layer, n in parts]
-        return torch.cat([F.pad(x, (0, 0, held - x.shape[-2], 0)).repeat_interleave(n, 0) for x, n in parts_])
+        padded = [(F.pad(getattr(layer, name), (0, 0, held - layer.keys.shape[-2], 0)), n) for layer, n in parts]
+        return torch.cat([x.repeat_interleave(n, 0) for x, n in padded])
 
     out = copy.copy(layers[0])
     out.keys, out.values = rows("keys"), rows("values")
@@ -183,10 +183,10 @@ def _padding_mask(cache, context_lengths: list[int], device) -> torch.Tensor | N
     """(B, seen) ones after each row's padding, for caches whose dense layers hold padding (a hybrid model's
     sliding layers); None where no layer does (a pruned layer stores none, so nothing needs hiding)."""
     seen = cache.get_seq_length()
-    pads = torch.tensor([seen - n for n in context_lengths], device=device)
-    if not bool(pads.any()) or all(isinstance(layer, JudgedLayer) for layer in cache.layers):
+    pads = [seen - n for n in context_lengths]
+    if not any(pads) or all(isinstance(layer, JudgedLayer) for layer in cache.layers):
         return None
-    return (torch.arange(seen, device=device)[None] >= pads[:, None]).long()
+    return (torch.arange(seen, device=device)[None] >= torch.tensor(pads, device=device)[:, None]).long()
 
 
 @torch.no_grad()

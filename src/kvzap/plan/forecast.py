@@ -91,11 +91,12 @@ def _evaluation(config: dict, typical: dict, shared: bool) -> dict[str, Cost]:
         # kept as for one row, an estimate)
         rows = config["evaluation"]["batch_size"].get(job.model, 1) if shared else 1
         decode_batch = config["evaluation"]["decode_batch"]
-        per_call = samples_per_decode(rows, decode_batch, len(cells)) if grouped else rows
+        aime = bench["benchmark"] == "aime25"
+        per_call = samples_per_decode(rows, decode_batch, len(cells)) if grouped else rows if aime else 1
         for subset in bench["subsets"]:
             samples, context, new = _samples(bench, subset, typical)
             passes = 1 if grouped else sum(2 if methods.METHODS[m].own_prefill else 1 for m, _ in cells)
-            calls = math.ceil(samples / per_call) if grouped or bench["benchmark"] == "aime25" else samples
+            calls = math.ceil(samples / per_call)
             cost.prefill_tokens += samples * context * passes
             cost.new_tokens_max += samples * new * len(cells)
             cost.new_tokens_expected += samples * new * fraction * len(cells)

@@ -197,9 +197,10 @@ class JudgedLayer(CacheLayerMixin):
 
     def _check_past(self, attention_mask: torch.Tensor, length: int) -> None:
         """The mask may hide earlier tokens only where they are padding: judged entries are gone or packed. The
-        layer hides its padding itself, so a mask may show it (one built without the padding, e.g. from none)."""
+        layer hides its padding itself, so a row's mask may also hide nothing (one built without the padding)."""
         hidden = hidden_counts(attention_mask[..., : self.seen - length])
-        if bool((hidden > self.pad_counts.clamp(max=self.seen - length).to(hidden.device)).any()):
+        padding = self.pad_counts.clamp(max=self.seen - length).to(hidden.device)
+        if not bool(((hidden == padding) | (hidden == 0)).all()):
             raise NotImplementedError(
                 f"{MASK_ERROR} (it hides {hidden.tolist()} earlier tokens per row, the padding is {self.pads})"
             )
