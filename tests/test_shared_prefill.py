@@ -247,3 +247,10 @@ def test_a_padded_sliding_window_is_hidden_from_the_question():
     together, alone = logits(prefills), logits(prefills[:1])
     assert prefills[0].length < 48 < prefills[1].length
     torch.testing.assert_close(together[0], alone[0], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("bad", [{"samples": 0}, {"decode_batch": 0}, {"samples": 1.5}])
+def test_bad_batch_sizes_are_refused_by_name(bad):
+    name = next(iter(bad))
+    with pytest.raises(ValueError, match=f"{name} must be a whole number of at least 1"):
+        shared_prefill.run_greedy_shared(None, None, _rows(), [None], **bad)

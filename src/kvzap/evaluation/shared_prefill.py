@@ -237,6 +237,9 @@ def run_greedy_shared(
     """`job.run_greedy` for many cells at once: one prefill per sample, and one decode per `decode_batch` cells of
     `samples` samples together (rows: samples x cells). Returns one outputs frame per press (None: the full cache),
     in order."""
+    for name, value in (("decode_batch", decode_batch), ("samples", samples)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a whole number of at least 1 (rows of one decode), got {value!r}")
     pipe = pipeline("kv-press-text-generation", model=model, tokenizer=tokenizer, device=model.device)
     use_kvzap_attention(model)  # the batched cache is read by the "kvzap" attention
     heads = model.config.num_key_value_heads
