@@ -35,8 +35,13 @@ wildcard_constraints:
 
 def model_resource(stage, key, model=None):
     """A rule's resource from models.<model>.resources.<stage> (kvzap.plan.commands.RESOURCE_DEFAULTS otherwise);
-    the model is the rule's wildcard unless the rule serves one model (a prefill group)."""
-    return lambda wildcards, attempt=1: commands.resource(config, model or wildcards.model, stage, key, attempt)
+    the model is the rule's wildcard unless the rule serves one model (a prefill group). cpus "all" is --cores."""
+
+    def value(wildcards, attempt=1):
+        chosen = commands.resource(config, model or wildcards.model, stage, key, attempt)
+        return workflow.cores if chosen == "all" else chosen
+
+    return value
 
 
 def slurm_placement():

@@ -62,7 +62,7 @@ def test_env_parses_as_a_conda_environment(path):
 @pytest.mark.parametrize("path", ENV_FILES, ids=lambda p: p.name)
 def test_env_agrees_with_pyproject(path):
     conda, pip = split_env(yaml.safe_load(path.read_text()))
-    want = by_name(pyproject()["dependencies"])
+    want = by_name(pyproject()["dependencies"] + pyproject()["optional-dependencies"]["workflow"])
     got = by_name(pip)
     assert sorted(got) == sorted(want), f"missing {set(want) - set(got)}, extra {set(got) - set(want)}"
     for name, req in want.items():

@@ -26,6 +26,7 @@ import torch
 from tqdm import tqdm
 from transformers import DynamicCache
 
+from kvzap import dtypes
 from kvzap.atomic import atomic_write_json
 from kvzap.evaluation.job import greedy_summary
 from kvzap.evaluation.suites import benchmark_module
@@ -207,7 +208,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, required=True, help="oracle folder with train/ and test/")
     parser.add_argument("--model", type=Path, required=True, help="model.json written by kvzap.prepare.models")
-    parser.add_argument("--dtype", required=True)
+    parser.add_argument("--dtype", type=dtypes.resolve, default="auto", help="auto: the machine's fastest exact dtype")
     parser.add_argument("--sizes", type=int, nargs="+", required=True, help="training pairs per surrogate")
     parser.add_argument("--sources", nargs="+", required=True, help='"all", or name=subset[,subset...]')
     parser.add_argument("--alpha", type=float, required=True)

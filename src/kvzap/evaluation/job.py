@@ -19,6 +19,7 @@ from torch.nn.utils.rnn import pad_sequence
 from tqdm import tqdm
 from transformers import StoppingCriteria, StoppingCriteriaList, pipeline
 
+from kvzap import dtypes
 from kvzap.atomic import atomic_write_json
 from kvzap.evaluation import methods, presses
 from kvzap.evaluation.predictions import measured_means, write_predictions
@@ -339,7 +340,7 @@ def parse_args(argv=None):
     parser.add_argument("--n-samples", type=int, default=None, help="per task (default: all)")
     parser.add_argument("--max-new-tokens", type=int, default=None, help="cap on the benchmark's lengths")
     parser.add_argument("--rollouts", type=int, default=None, help="sampling benchmarks: rollouts per problem")
-    parser.add_argument("--dtype", default="auto")
+    parser.add_argument("--dtype", type=dtypes.resolve, default="auto", help="auto: the machine's fastest exact dtype")
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--shard", type=int, default=0, help="this job evaluates rows shard, shard + n, ...")
     parser.add_argument("--n-shards", type=int, default=1)

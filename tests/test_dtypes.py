@@ -1,0 +1,67 @@
+"""dtype auto: bfloat16 only where the machine multiplies it natively, float32 elsewhere; names pass through."""
+
+import pytest
+import torch
+
+from kvzap import dtypes
+
+
+@pytest.fixture
+def cpu(monkeypatch):
+    def machine(flags: str, capability: str = "AVX512"):
+        monkeypatch.setattr(dtypes, "cpu_flags", lambda: frozenset(flags.split()))
+        monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
+
+    return machine
+
+
+@pytest.mark.parametrize(
+    "flags, capability, expected",
+    [
+        ("avx2 avx512f amx_bf16 amx_tile", "AVX512", "bfloat16"),
+        ("avx2 avx512f avx512_bf16", "AVX512", "bfloat16"),
+        ("avx2 avx512f", "AVX512", "float32"),  # AVX-512 without bf16 units
+        ("avx2 fma", "AVX2", "float32"),
+        ("avx2 avx512f amx_bf16", "AVX2", "float32"),  # ATEN_CPU_CAPABILITY=avx2: bf16 kernels are emulated
+        ("", "DEFAULT", "float32"),
+    ],
+)
+def test_auto_on_a_cpu(cpu, flags, capability, expected):
+    cpu(flags, capability)
+    assert dtypes.resolve("auto", "cpu") == expected
+
+
+@pytest.mark.parametrize("name", ["float32", "bfloat16", "float16"])
+def test_a_named_dtype_is_kept(cpu, name):
+    cpu("avx2", "AVX2")
+    assert dtypes.resolve(name, "cpu") == name
+
+
+def test_an_unknown_dtype_is_refused_by_name():
+    with pytest.raises(ValueError, match="'fp8'"):
+        dtypes.resolve("fp8")
+
+
+def test_cpu_flags_read_from_this_machine():
+    flags = dtypes.cpu_flags()
+    assert isinstance(flags, frozenset)
+    if flags:  # Linux: every x86-64 CPU reports sse2, every arm64 one fp or asimd
+        assert flags & {"sse2", "fp", "asimd"}
+
+
+def test_prepared_model_loads_in_the_resolved_dtype(cpu, tmp_path):
+    import json
+
+    from kvzap.prepare import models
+    from tiny_models import tiny_model, tiny_tokenizer
+
+    tiny_model("llama").save_pretrained(tmp_path / "hf")
+    tiny_tokenizer().save_pretrained(tmp_path / "hf")
+    record = tmp_path / "model.json"
+    record.write_text(json.dumps({"model_id": "tiny", "path": str(tmp_path / "hf"), "revision": "r0"}))
+    cpu("avx2 avx512f amx_bf16", "AVX512")
+    model, _ = models.load(record, dtype="auto", device_map="cpu")
+    assert next(model.parameters()).dtype == torch.bfloat16
+    cpu("avx2", "AVX2")
+    model, _ = models.load(record, dtype="auto", device_map="cpu")
+    assert next(model.parameters()).dtype == torch.float32
