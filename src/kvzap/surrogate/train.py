@@ -6,9 +6,9 @@ shared with the (k, v) ablation in kvzap.ablations.kv_input).
 KVzap-MLP: D -> D/8 -> GELU -> H per layer, all layers trained as one batched network (kvzap.surrogate.stacked),
 AdamW + cosine schedule +
 grad-norm clipping, a seeded 5% of the prompts held out whole for validation, and the weights of the best
-validation epoch kept (early stopping). Each epoch shuffles all pairs globally; minibatches are
-gathered from the shards, read into memory when they fit a quarter of it, memory-mapped otherwise. It checkpoints every epoch; a resume
-continues only a run with identical settings and training data (else it restarts from epoch 0), and
+validation epoch kept (early stopping). Each epoch shuffles all pairs globally; minibatches are gathered from
+the shards, read into memory when they fit a quarter of it, memory-mapped otherwise. It checkpoints every epoch; a
+resume continues only a run with identical settings and training data (else it restarts from epoch 0), and
 equals an unbroken run. A non-finite loss, weight or ridge solution stops training with an error.
 Shard checksums are verified before fitting (kvzap.oracle.shards).
 Fit quality: squared Pearson correlation per (layer, head) on the test prompts (the paper's Table 1), its mean
