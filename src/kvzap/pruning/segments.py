@@ -162,9 +162,15 @@ def _decode(q, packed: Packed, window_keys, window_values):
     one split of the buffer seen as (Q, R * (longest + W)) yields every row's (Q, n) block at once, which mm
     writes in place, and the softmax runs over the contiguous last dim. The windows' scores and values take
     one batched matmul each; only the used slots take a matmul per row, two in all.
+
+    bf16 and fp16 run in float32: on a CPU one row's small matmul costs several times more in bf16 (the library's
+    per-call set-up) than casting its few hundred slots (the demo's decoding: 2.1x its bare forwards in bf16).
     """
     with _one_thread():
-        return _decode_rows(q, packed, window_keys, window_values)
+        if q.dtype == torch.float32:
+            return _decode_rows(q, packed, window_keys, window_values)
+        wide = packed._replace(keys=packed.keys.float(), values=packed.values.float())
+        return _decode_rows(q.float(), wide, window_keys.float(), window_values.float()).to(q.dtype)
 
 
 @contextmanager
