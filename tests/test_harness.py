@@ -143,6 +143,17 @@ def test_every_registered_method_builds():
         presses.get("kvzapp")
 
 
+def test_kvzap_presses_protect_the_window_their_registry_entry_names(tiny_setup):
+    """methods.METHODS[m].window (None: kvzap.window.WINDOW) is the window the built press keeps."""
+    from kvzap.window import WINDOW
+
+    surrogates = {"linear": tiny_setup / "linear", "mlp": tiny_setup / "linear"}  # a folder is enough to build
+    for name, info in methods.METHODS.items():
+        if info.surrogate:
+            press = presses.build(name, -1.0 if info.parameter == "threshold" else 0.5, surrogates)
+            assert press.window == (WINDOW if info.window is None else info.window), name
+
+
 def test_best_configuration_respects_tolerance():
     rows = [
         dict(model="m", benchmark="b", subset="s", method="full", value=None, average=90.0, compression_ratio=0.0),

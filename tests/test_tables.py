@@ -10,6 +10,7 @@ from cell_fixtures import write_aime_cell, write_cell
 from kvzap.evaluation import methods
 from kvzap.pruning import KVzapPress
 from kvzap.report import aggregate, flops, tables
+from kvzap.window import WINDOW
 
 LONGBENCH = {"qasper": (40.0, 30.0), "lcc": (60.0, 65.5), "trec": (70.0, 72.5)}  # subset: (full, kvzap -4 score)
 LB_RATIOS = {"qasper": 0.5, "lcc": 0.7, "trec": 0.6}
@@ -104,6 +105,7 @@ def test_window_ablation_reads_lcc_cells_of_every_kvzap_mlp_window(tmp_path):
         ("m", "longbench", "lcc", "kvzap_mlp_w0", -4.0, dict(ratio=0.28, average=50.0)),
         ("m", "longbench", "lcc", "kvzap_mlp_w512", -4.0, dict(ratio=0.61, average=61.0)),
         ("m", "longbench", "lcc", "kvzap_mlp_head", 0.5, dict(ratio=0.5, average=55.0)),
+        ("m", "longbench", "lcc", "kvzap_mlp_chunked", -4.0, dict(ratio=0.6, average=58.0)),  # not a window row
         ("m", "longbench", "qasper", "kvzap_mlp_w0", -4.0, dict(ratio=0.3, average=20.0)),
     ]
     table = tables.window_ablation(_results(tmp_path, cells))
@@ -112,7 +114,7 @@ def test_window_ablation_reads_lcc_cells_of_every_kvzap_mlp_window(tmp_path):
         [128, 60.0, 0.62],
         [512, 61.0, 0.61],
     ]
-    assert tables.DEFAULT_WINDOW == inspect.signature(KVzapPress).parameters["window"].default
+    assert WINDOW == inspect.signature(KVzapPress).parameters["window"].default == 128
 
 
 def test_aime_rollouts_count_correct_answers_per_rollout(tmp_path):

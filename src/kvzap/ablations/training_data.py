@@ -38,8 +38,7 @@ from kvzap.provenance import stamp
 from kvzap.pruning import KVzapPress, SurrogateScorerPress
 from kvzap.pruning.calibration import ScoreSample, mean_ratio, threshold_for
 from kvzap.surrogate import train
-
-WINDOW = 128  # KVzapPress's default: the protected recent tokens are never judged
+from kvzap.window import WINDOW  # the protected recent tokens are never judged
 
 
 def source_pairs(folder: Path, subsets: list[str] | None) -> np.ndarray:

@@ -16,7 +16,7 @@ class MethodInfo:
     label: str  # legend name, as the paper and the kvpress leaderboard write it
     surrogate: str | None = None  # which trained surrogate ("linear" / "mlp") the method needs
     needs_hub: bool = False  # loads extra Hub/GitHub assets at run time (unavailable to offline models)
-    window: int | None = None  # KVzap's protected window of recent tokens, when it is not the default 128
+    window: int | None = None  # KVzap's protected window of recent tokens, when not the default (kvzap.window)
     attn_implementation: str | None = None  # forced attention implementation (None: the model's default)
     prefill_chunk: int | None = None  # KVzap prefilling the prompt this many tokens at a time, pruning between chunks
     own_prefill: bool = False  # changes the prefill itself (a repeat pass, attention weights): cannot share one
@@ -49,8 +49,9 @@ METHODS: dict[str, MethodInfo] = {
     # beyond the paper (which prunes after a whole-prompt prefill): prefill in 2k-token chunks, pruning between them
     "kvzap_mlp_chunked": MethodInfo("threshold", "KVzap-MLP (chunked prefill)", "mlp", prefill_chunk=2048),
     # the paper's Fig. 5 ablation: fixed top-k instead of a threshold
-    "kvzap_mlp_head": MethodInfo("ratio", "KVzap-MLP top-k per head", "mlp"),
-    "kvzap_mlp_layer": MethodInfo("ratio", "KVzap-MLP top-k per layer", "mlp"),
+    # (kvpress's kvzap_mlp_head / kvzap_mlp_layer protect no window)
+    "kvzap_mlp_head": MethodInfo("ratio", "KVzap-MLP top-k per head", "mlp", window=0),
+    "kvzap_mlp_layer": MethodInfo("ratio", "KVzap-MLP top-k per layer", "mlp", window=0),
     "kvzip": MethodInfo("ratio", "KVzip", own_prefill=True, masks=True),  # scores from a repeat pass over the context
     "kvzip_plus": MethodInfo("ratio", "KVzip+", own_prefill=True, masks=True),
     "random": MethodInfo("ratio", "Random"),

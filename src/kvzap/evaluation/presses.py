@@ -125,9 +125,11 @@ def _kvzap_threshold(name: str) -> Callable:
     )
 
 
-def _kvzap_topk(press_cls, kind: str) -> Callable:
-    # window=0: kvpress's kvzap_mlp_head / kvzap_mlp_layer (the paper's Fig. 5 ablation) protect no window
-    return lambda ratio, surrogates, decoding: press_cls(str(surrogates[kind]), ratio=ratio, window=0)
+def _kvzap_topk(press_cls, name: str) -> Callable:
+    """The paper's Fig. 5 ablation: a fixed top-k per head or layer, with the registry's surrogate and window."""
+    info = methods.METHODS[name]
+    window = {} if info.window is None else {"window": info.window}
+    return lambda ratio, surrogates, decoding: press_cls(str(surrogates[info.surrogate]), ratio=ratio, **window)
 
 
 class PublishedDuoAttentionPress(kvpress.DuoAttentionPress):
@@ -159,8 +161,8 @@ PRESSES: dict[str, Callable] = {
     "kvzap_mlp_w0": _kvzap_threshold("kvzap_mlp_w0"),
     "kvzap_mlp_w512": _kvzap_threshold("kvzap_mlp_w512"),
     "kvzap_mlp_chunked": _kvzap_threshold("kvzap_mlp_chunked"),
-    "kvzap_mlp_head": _kvzap_topk(TopKPerHeadPress, "mlp"),
-    "kvzap_mlp_layer": _kvzap_topk(TopKPerLayerPress, "mlp"),
+    "kvzap_mlp_head": _kvzap_topk(TopKPerHeadPress, "kvzap_mlp_head"),
+    "kvzap_mlp_layer": _kvzap_topk(TopKPerLayerPress, "kvzap_mlp_layer"),
     "kvzip": _ratio_press(_kvzip),
     "kvzip_plus": _ratio_press(lambda: _kvzip(kvzip_plus_normalization=True)),
     "random": _ratio_press(lambda: kvpress.RandomPress(seed=42)),

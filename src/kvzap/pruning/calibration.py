@@ -22,13 +22,14 @@ from kvzap.prepare.models import load
 from kvzap.pruning.scorer_presses import SurrogateScorerPress
 from kvzap.pruning.windowed_press import WindowedPress
 from kvzap.surrogate.model import Surrogate
+from kvzap.window import WINDOW
 
 
 @dataclass
 class _ScoreRecorder(WindowedPress):
     """Keeps every entry and remembers, per layer, the scores of the tokens it judged (prefill only)."""
 
-    window: int = 128
+    window: int = WINDOW
     decoding: ClassVar[bool] = False
     judged: list[torch.Tensor] = field(default_factory=list, init=False, repr=False)
 
@@ -50,7 +51,7 @@ class ScoreSample:
 
 
 @torch.no_grad()
-def collect_scores(model, input_ids: list[torch.Tensor], scorer, window: int = 128) -> list[ScoreSample]:
+def collect_scores(model, input_ids: list[torch.Tensor], scorer, window: int = WINDOW) -> list[ScoreSample]:
     """Prefill each (1, T) id tensor once under a recording press."""
     samples = []
     for ids in input_ids:
@@ -148,7 +149,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--surrogate", required=True, help="surrogate folder or Hub id")
     parser.add_argument("--texts", type=Path, required=True, help="JSON list of calibration texts")
     parser.add_argument("--targets", type=float, nargs="+", default=[0.5, 0.67, 0.75])
-    parser.add_argument("--window", type=int, default=128)
+    parser.add_argument("--window", type=int, default=WINDOW)
     parser.add_argument("--max-tokens", type=int, default=4096)
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import torch
 
 from kvzap.pruning.windowed_press import WindowedPress
+from kvzap.window import WINDOW
 
 
 @dataclass
@@ -24,7 +25,7 @@ class KVzapPress(WindowedPress):
     """
 
     threshold: float
-    window: int = 128
+    window: int = WINDOW
     decoding: bool = False
 
     def __post_init__(self):

@@ -14,6 +14,7 @@ from typing import ClassVar
 import torch
 
 from kvzap.pruning.windowed_press import WindowedPress
+from kvzap.window import WINDOW
 
 
 def _fraction(value) -> bool:
@@ -32,7 +33,7 @@ class _FixedRatioPress(WindowedPress):
     """ratio: the fraction of leaving tokens removed; window: the most recent tokens always kept (paper: 128)."""
 
     ratio: float
-    window: int = 128
+    window: int = WINDOW
     decoding: ClassVar[bool] = False  # a fixed share of a batch of tokens: prefill only
 
     def __post_init__(self):
