@@ -1,0 +1,87 @@
+"""A `make demo` run as a record: the wall time of each stage, read from Snakemake's log (the span from a stage's
+first job start to its last job end), the install time and total the Makefile printed, the machine's CPU flags and
+cores, and the demo's table (results/tables/results.csv).
+
+    make demo 2>&1 | tee demo.log
+    python benchmarks/demo_record.py --log demo.log --results results --out benchmarks/cpu/demo_run.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+from datetime import datetime
+from pathlib import Path
+
+import pandas as pd
+
+from kvzap import dtypes
+from kvzap.atomic import atomic_write_json
+from records import output_file, print_table
+
+STAGES = {  # rule name prefix -> stage
+    "prepare_model": "prepare",
+    "oracle_data": "oracle",
+    "train_surrogate": "surrogates",
+    "evaluate_": "evaluation",
+    "merge_": "evaluation",
+    "aggregate": "tables and figures",
+    "figure": "tables and figures",
+}
+STAMP = re.compile(r"^\[(\w{3} \w{3} +\d+ \d\d:\d\d:\d\d \d{4})\]$")
+START = re.compile(r"^(?:local)?rule (\w+):$")
+END = re.compile(r"^Finished jobid: (\d+) \(Rule: (\w+)\)$")
+TABLE = ["method", "value", "compression_ratio", "average", "ci_low:average", "ci_high:average"]
+
+
+def stage_of(rule: str) -> str | None:
+    return next((stage for prefix, stage in STAGES.items() if rule.startswith(prefix)), None)
+
+
+def stage_spans(lines: list[str]) -> dict[str, float]:
+    """Seconds from each stage's first job start to its last job end."""
+    now, spans = None, {}
+    for line in lines:
+        if match := STAMP.match(line.strip()):
+            now = datetime.strptime(match.group(1), "%a %b %d %H:%M:%S %Y")
+        elif (match := START.match(line.strip()) or END.match(line.strip())) and now is not None:
+            stage = stage_of(match.groups()[-1])
+            if stage:
+                first, last = spans.get(stage, (now, now))
+                spans[stage] = (min(first, now), max(last, now))
+    return {stage: (last - first).total_seconds() for stage, (first, last) in spans.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--log", type=Path, required=True, help="the output of make demo")
+    parser.add_argument("--results", type=Path, default=Path("results"))
+    parser.add_argument("--install-s", type=float, required=True, help="seconds make setup took (measured outside)")
+    parser.add_argument("--total-s", type=float, required=True, help="seconds make demo took, install included")
+    parser.add_argument("--note", default="", help="how the run was made (clone, caches, environment)")
+    parser.add_argument("--out", type=output_file, required=True)
+    args = parser.parse_args()
+    spans = stage_spans(args.log.read_text(errors="replace").splitlines())
+    table = pd.read_csv(args.results / "tables" / "results.csv")[TABLE].to_dict("records")
+    surrogates = pd.read_csv(args.results / "tables" / "surrogates.csv")[["surrogate", "r2_mean", "n_train_pairs"]]
+    print_table([{"stage": k, "seconds": v} for k, v in spans.items()], ["stage", "seconds"])
+    print_table(table, TABLE)
+    atomic_write_json(
+        args.out,
+        {
+            "note": args.note,
+            "cores": os.cpu_count(),
+            "cpu_flags": sorted(dtypes.cpu_flags() & {"avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"}),
+            "dtype": dtypes.resolve("auto", "cpu"),
+            "install_s": args.install_s,
+            "total_s": args.total_s,
+            "stage_s": spans,
+            "cells": table,
+            "surrogates": surrogates.to_dict("records"),
+        },
+    )
+
+
+if __name__ == "__main__":
+    main()
