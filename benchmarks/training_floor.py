@@ -1,7 +1,7 @@
 """KVzap-MLP training against its floor. `fit_mlp` is timed whole on the demo's oracle shards (checksums, reading,
-every epoch's minibatches, validation, checkpoints); its floor is the same number of optimizer steps of the stacked
-network (kvzap.surrogate.stacked) on minibatches already in memory. The per-layer modules (the Surrogate's own
-forward, one small matmul per layer) are timed on the same steps for comparison.
+every epoch's minibatches gathered from the memory-mapped shards, validation, checkpoints); its floor is the same
+number of optimizer steps of the same network on minibatches already in memory, with no gathering, validation or
+checkpoints.
 
     python benchmarks/training_floor.py --data results/smollm2-135m/oracle/train \
         --out benchmarks/cpu/training_floor.json
@@ -21,10 +21,9 @@ from kvzap import dtypes
 from kvzap.atomic import atomic_write_json
 from kvzap.oracle.shards import ShardRows
 from kvzap.surrogate import train
-from kvzap.surrogate.stacked import StackedMLP
 from records import output_file, positive_int, print_table
 
-COLUMNS = ["pairs", "epochs", "fit_mlp_s", "floor_s", "fit_over_floor", "per_layer_modules_s", "core_minutes"]
+COLUMNS = ["pairs", "epochs", "fit_mlp_s", "floor_s", "fit_over_floor", "core_minutes"]
 
 
 def step_time(network: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, batch: int, steps: int) -> float:
@@ -42,6 +41,13 @@ def step_time(network: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, batch:
     return time.perf_counter() - start
 
 
+def fit_seconds(args) -> float:
+    with tempfile.TemporaryDirectory() as scratch:
+        start = time.perf_counter()
+        train.fit_mlp(args.data, Path(scratch), args.epochs, batch_size=args.batch_size, device=torch.device("cpu"))
+        return time.perf_counter() - start
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, required=True, help="an oracle train/ folder")
@@ -51,25 +57,20 @@ def main() -> None:
     parser.add_argument("--out", type=output_file, required=True)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    with tempfile.TemporaryDirectory() as scratch:
-        start = time.perf_counter()
-        train.fit_mlp(args.data, Path(scratch), args.epochs, batch_size=args.batch_size, device=torch.device("cpu"))
-        fit = time.perf_counter() - start
+    fit = fit_seconds(args)
 
     rows = ShardRows(train.shards(args.data))
     pairs = len(rows)
     x, y = rows.gather("h", np.arange(pairs)).float(), rows.gather("y", np.arange(pairs)).float()
     surrogate = train.new_surrogate(train.load_manifest(args.data), x.shape[-1] // 8)
     steps = args.epochs * round(0.95 * pairs / args.batch_size)  # fit_mlp holds 5 % of the prompts out
-    floor = step_time(StackedMLP(surrogate), x, y, args.batch_size, steps)
-    per_layer = step_time(surrogate.train().requires_grad_(True), x, y, args.batch_size, steps)
+    floor = step_time(surrogate.train().requires_grad_(True), x, y, args.batch_size, steps)
     record = {
         "pairs": pairs,
         "epochs": args.epochs,
         "fit_mlp_s": fit,
         "floor_s": floor,
         "fit_over_floor": fit / floor,
-        "per_layer_modules_s": per_layer,
         "core_minutes": fit * args.threads / 60,
     }
     print_table([record], COLUMNS)

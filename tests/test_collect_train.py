@@ -10,7 +10,6 @@ from kvzap.oracle.collect import collect_split
 from kvzap.oracle.corpus import Prompt
 from kvzap.oracle.shards import read_shard, write_shard
 from kvzap.surrogate import train
-from kvzap.surrogate.stacked import StackedMLP
 from tiny_models import TEXT, tiny_model, tiny_tokenizer
 
 SETTINGS = {"test": 1}
@@ -214,9 +213,9 @@ def test_mlp_keeps_its_best_validation_epoch(tmp_path, monkeypatch):
         tmp_path / "train", tmp_path / "out", epochs=4, lr=5e-3, batch_size=64, hidden_dim=8, device=torch.device("cpu")
     )
     assert [h["valid_loss"] for h in history] == [3.0, 1.0, 2.0, 4.0]
-    for name, value in StackedMLP(model).state_dict().items():
+    for name, value in model.state_dict().items():
         torch.testing.assert_close(value, snapshots[1][name])
-    assert not torch.equal(snapshots[1]["w1"], snapshots[3]["w1"])
+    assert not torch.equal(snapshots[1]["layers.0.0.weight"], snapshots[3]["layers.0.0.weight"])
 
 
 def test_all_tokens_scored(tmp_path):

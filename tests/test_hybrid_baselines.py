@@ -21,11 +21,12 @@ from tests.rehearsal.hub_cache import write_repo
 from transformers import AutoConfig, AutoModelForCausalLM, DynamicCache, pipeline
 from transformers.cache_utils import DynamicSlidingWindowLayer
 
+from kvzap import families
 from kvzap.evaluation import job, merge, presses, shared_prefill
 from kvzap.evaluation.prefill_cache import prefill_cache
 from kvzap.layer_types import pruned_layers, skipped_layers
 from kvzap.oracle.attention import attention_modules
-from kvzap.plan import errors, families, model_configs
+from kvzap.plan import errors, model_configs, refusals
 from kvzap.prepare.assets import OFFLINE_MODELS
 from kvzap.report import aggregate
 from test_config_hostile import BASE, planned
@@ -178,7 +179,7 @@ def test_a_group_runs_cell_by_cell_where_the_batched_decode_would_drop_soft_caps
     assert not job.shares_prefill(_config("gemma2"), cells) and not job.shares_prefill(_config("gpt_oss"), cells)
 
 
-# config.json of Hub models, as the Hub serves them (the keys kvzap.plan.families reads)
+# config.json of Hub models, as the Hub serves them (the keys kvzap.families reads)
 HUB_CONFIGS = {
     "google/gemma-3-1b-it": {"model_type": "gemma3_text", "num_hidden_layers": 26, "sliding_window_pattern": 6},
     "openai/gpt-oss-20b": {"model_type": "gpt_oss", "num_hidden_layers": 2, "layer_types": SLIDING_FIRST},
@@ -277,9 +278,9 @@ def test_every_offline_model_has_its_facts():
     assert set(OFFLINE_MODELS) <= set(model_configs.OFFLINE_CONFIGS)
     gemma, smollm = (model_configs.model_config(f"offline/{n}") for n in ("gemma-3-270m", "SmolLM2-135M-Instruct"))
     assert pruned_layers(SimpleNamespace(**gemma)) == [5, 11, 17]
-    assert "KVzipPress is not supported" in families.refusal(gemma, "kvzip")
-    assert families.refusal(gemma, "kvzap_mlp") is None and families.out_of_reach(gemma) is None
-    assert all(families.refusal(smollm, name) is None for name in ("kvzip", "kvzap_mlp", "expected_attention"))
+    assert "KVzipPress is not supported" in refusals.refusal(gemma, "kvzip")
+    assert refusals.refusal(gemma, "kvzap_mlp") is None and families.out_of_reach(gemma) is None
+    assert all(refusals.refusal(smollm, name) is None for name in ("kvzip", "kvzap_mlp", "expected_attention"))
 
 
 def test_metrics_json_records_the_kv_bytes_beside_the_ratio(tmp_path):

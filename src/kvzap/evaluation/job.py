@@ -19,14 +19,14 @@ from torch.nn.utils.rnn import pad_sequence
 from tqdm import tqdm
 from transformers import StoppingCriteria, StoppingCriteriaList, pipeline
 
-from kvzap import dtypes
+from kvzap import dtypes, families
 from kvzap.atomic import atomic_write_json
 from kvzap.evaluation import methods, presses
 from kvzap.evaluation.predictions import measured_means, write_predictions
 from kvzap.evaluation.prefill_cache import memory_after_prefill, prefill_cache
 from kvzap.evaluation.shared_prefill import run_greedy_shared
 from kvzap.evaluation.suites import BENCHMARKS, benchmark_module
-from kvzap.plan import families, sweep
+from kvzap.plan import refusals, sweep
 from kvzap.prepare import models
 from kvzap.provenance import stamp
 from kvzap.pruning.windowed_press import WindowedPress
@@ -242,7 +242,7 @@ def check_family(model, name: str, cell_methods: list[str]) -> None:
     """The planner's family checks on the loaded model's config (the plan skips them when it cannot read one)."""
     config = model.config.to_dict()
     for method in cell_methods:
-        reason = families.refusal(config, method)
+        reason = refusals.refusal(config, method)
         if reason:
             raise SystemExit(
                 f"{methods.label(method)} cannot run on model {name} ({model.config.model_type}): {reason}. "

@@ -19,10 +19,10 @@ from kvpress.presses import kvzip_press
 from torch import nn
 from transformers import AutoTokenizer
 
+from kvzap import families
 from kvzap.evaluation import duo_patterns, methods
 from kvzap.layer_types import layer_types, pruned_layers, skipped_layers
 from kvzap.oracle.attention import attention_modules
-from kvzap.plan import families
 from kvzap.pruning import KVzapPress, TopKPerHeadPress, TopKPerLayerPress
 
 

@@ -28,8 +28,8 @@ from transformers import AttentionInterface, PreTrainedModel
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
+from kvzap import families
 from kvzap.layer_types import pruned_layers
-from kvzap.plan import families
 
 ATTENTION_NAMES = ("self_attn", "attention", "self_attention", "attn")  # a decoder layer's attention submodule
 OUTPUT_NAMES = ("o_proj", "dense", "out_proj", "c_proj", "wo")  # an attention module's output projection
@@ -66,7 +66,7 @@ def _refusal(model: PreTrainedModel, reason: str) -> str:
 
 def check_family(model: PreTrainedModel) -> None:
     """Refuse, before any forward, a family whose cache is not per-head keys and values the oracle can score (the
-    planner's rules, kvzap.plan.families, read here off the loaded config, which always lists its layer types)."""
+    planner's rules, kvzap.families, read here off the loaded config, which always lists its layer types)."""
     layers = pruned_layers(model.config)
     reason = families.out_of_reach(model.config.to_dict())
     if reason is None and not layers:  # e.g. a sliding_window without listed layer types

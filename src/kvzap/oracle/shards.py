@@ -149,15 +149,6 @@ class ShardRows:
             if _sha256({name: array.view(np.uint8) for name, (array, _) in maps.items()}) != record["sha256"]:
                 raise _corrupt(path, "its tensor data does not match the sha256 in its header")
 
-    @property
-    def nbytes(self) -> int:
-        return sum(array.nbytes for maps in self._maps for array, _ in maps.values())
-
-    def load_into_memory(self) -> None:
-        """Read every shard into RAM, sequentially: later gathers copy from memory instead of faulting pages in at
-        random (most of a training step's time when the data is memory-mapped)."""
-        self._maps = [{name: (np.array(array), dtype) for name, (array, dtype) in maps.items()} for maps in self._maps]
-
     def row_shape(self, name: str) -> tuple[int, ...]:
         """The shape of one row of tensor `name`, read from the first shard's header (gather assumes all agree)."""
         return tuple(self._maps[0][name][0].shape[1:])

@@ -7,10 +7,11 @@ import math
 import re
 from pathlib import Path, PurePosixPath
 
+from kvzap import families
 from kvzap.evaluation import duo_patterns, methods
 from kvzap.evaluation.suites import catalog
 from kvzap.oracle import corpus
-from kvzap.plan import families
+from kvzap.plan import refusals
 from kvzap.plan.errors import fail
 from kvzap.plan.model_configs import model_config
 from kvzap.plan.sweep import cells, value_label
@@ -306,7 +307,7 @@ def check(config: dict) -> None:
                 f"add duo_attention to models.{cell.model}.skip_methods, or use duo_attention_on_the_fly",
             )
         family = model_config(model_id, config["models"][cell.model].get("revision"))
-        reason = family and families.refusal(family, cell.method)
+        reason = family and refusals.refusal(family, cell.method)
         if reason:
             fail(
                 f"evaluation.benchmarks.{cell.bench}.methods",

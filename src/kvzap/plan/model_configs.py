@@ -1,7 +1,7 @@
 """Each model's config as the planner sees it, torch-free: known facts for the offline models, the Hub's config.json
 for the others (the local Hub cache first, else one download). None when there is none to read (the Hub offline,
 unreachable, gated or without the repo): the plan-time family checks are then skipped, and the jobs refuse what
-cannot run with the same reasons (kvzap.plan.families).
+cannot run with the same reasons (kvzap.families).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import httpx
 from huggingface_hub import constants, get_hf_file_metadata, hf_hub_download, hf_hub_url, try_to_load_from_cache
 
 CONFIG = "config.json"
-# The config.json keys kvzap.plan.families reads, as each offline model's GGUF loads (offline-assets.md §1).
+# The config.json keys kvzap.families reads, as each offline model's GGUF loads (offline-assets.md §1).
 OFFLINE_CONFIGS = {
     "offline/SmolLM2-135M-Instruct": {"model_type": "llama", "num_hidden_layers": 30},
     "offline/gemma-3-270m": {

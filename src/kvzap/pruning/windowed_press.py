@@ -19,8 +19,8 @@ from kvpress.presses.base_press import BasePress
 from torch import nn
 from transformers.cache_utils import DynamicLayer
 
+from kvzap import families
 from kvzap.layer_types import pruned_layers
-from kvzap.plan import families
 from kvzap.pruning.attention import use_kvzap_attention
 from kvzap.pruning.cache import JudgedLayer, MaskedLayer, PrunedLayer, left_layout, prefill_padding, removed_fraction
 from kvzap.pruning.chunked import check_chunk, chunked_prefill

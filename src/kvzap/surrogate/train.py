@@ -3,12 +3,11 @@
 KVzap-Linear: ridge regression (alpha 1, with intercept, as scikit-learn's Ridge()) solved per layer from
 normal equations accumulated over the shards in float64, so the data never has to fit in memory (`ridge_solve`,
 shared with the (k, v) ablation in kvzap.ablations.kv_input).
-KVzap-MLP: D -> D/8 -> GELU -> H per layer, all layers trained as one batched network (kvzap.surrogate.stacked),
-AdamW + cosine schedule +
+KVzap-MLP: D -> D/8 -> GELU -> H per layer, all layers in one network, AdamW + cosine schedule +
 grad-norm clipping, a seeded 5% of the prompts held out whole for validation, and the weights of the best
-validation epoch kept (early stopping). Each epoch shuffles all pairs globally; minibatches are gathered from
-the shards, read into memory when they fit a quarter of it, memory-mapped otherwise. It checkpoints every epoch; a
-resume continues only a run with identical settings and training data (else it restarts from epoch 0), and
+validation epoch kept (early stopping). Each epoch shuffles all pairs globally; minibatches are
+gathered from memory-mapped shards, so memory stays bounded. It checkpoints every epoch; a resume
+continues only a run with identical settings and training data (else it restarts from epoch 0), and
 equals an unbroken run. A non-finite loss, weight or ridge solution stops training with an error.
 Shard checksums are verified before fitting (kvzap.oracle.shards).
 Fit quality: squared Pearson correlation per (layer, head) on the test prompts (the paper's Table 1), its mean
@@ -25,7 +24,6 @@ import argparse
 import hashlib
 import json
 import math
-import os
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -41,7 +39,6 @@ from kvzap.oracle.shards import ShardRows, read_shard
 from kvzap.provenance import stamp
 from kvzap.surrogate.model import Surrogate
 from kvzap.surrogate.settings import TRAINING_KEYS
-from kvzap.surrogate.stacked import StackedMLP
 
 
 def load_manifest(folder: Path) -> dict:
@@ -75,14 +72,6 @@ def _check_shapes(model: Surrogate, held: tuple[int, int, int], folder: Path) ->
             f"The shards of {folder} hold (layers, hidden size, kv heads) = {tuple(held)}, but its manifest says "
             f"{expected}: rerun the oracle stage (kvzap.oracle.collect)."
         )
-
-
-def memory_bytes() -> int:
-    """The machine's RAM (POSIX); 0 where it cannot be read, which keeps training data memory-mapped."""
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (AttributeError, ValueError, OSError):
-        return 0
 
 
 def device_default() -> torch.device:
@@ -265,12 +254,9 @@ def fit_mlp(
     manifest = load_manifest(folder)
     rows = ShardRows(shards(folder))
     rows.verify()
-    if rows.nbytes <= memory_bytes() // 4:
-        rows.load_into_memory()
     hidden_dim = hidden_dim or manifest["hidden_size"] // 8
     run = {
         "kind": "mlp",
-        "layout": "stacked",  # the checkpoint holds StackedMLP's tensors
         "epochs": epochs,
         "lr": lr,
         "batch_size": batch_size,
@@ -290,45 +276,48 @@ def fit_mlp(
     with torch.no_grad():  # start at the mean log-score (about -8) rather than spend epochs learning the offset
         for i, mean in zip(model.scored, _target_mean(rows)):
             model.layers[i][2].bias.copy_(mean)
-    stacked = StackedMLP(model).to(device)  # the scored layers only: skipped modules stay zero
-    optimizer = torch.optim.AdamW(stacked.parameters(), lr=lr)
+    model.to(device)
+    trained = [weight for i in model.scored for weight in model.layers[i].parameters()]  # skipped modules stay zero
+    optimizer = torch.optim.AdamW(trained, lr=lr)
     scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=epochs)
-    start, history, best = _load_checkpoint(out, run, stacked, optimizer, scheduler)
+    start, history, best = _load_checkpoint(out, run, model, optimizer, scheduler)
     pairs = np.arange(len(rows)) if pairs is None else pairs
     train_index, valid_index = _split(rows.gather("prompt", pairs).numpy(), valid_fraction, seed)
     train_index, valid_index = pairs[train_index], pairs[valid_index]
 
     for epoch in range(start, epochs):
+        model.train()
         train_loss, seen = 0.0, 0
         bar = tqdm(_epoch_batches(train_index, batch_size, seed, epoch), desc=f"mlp epoch {epoch + 1}/{epochs}")
         for idx in bar:
             xb, yb = rows.gather("h", idx).to(device, torch.float32), rows.gather("y", idx).to(device, torch.float32)
-            loss = torch.nn.functional.mse_loss(stacked(xb), yb)
+            loss = torch.nn.functional.mse_loss(model(xb), yb)
             if not math.isfinite(loss.item()):
                 raise _diverged(f"the minibatch loss is {loss.item()}", epoch, folder)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
-            torch.nn.utils.clip_grad_norm_(stacked.parameters(), 1.0)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()
             train_loss += loss.item() * len(idx)
             seen += len(idx)
             bar.set_postfix(loss=f"{train_loss / max(seen, 1):.4f}")
-        if not all(torch.isfinite(p).all() for p in stacked.parameters()):
+        if not all(torch.isfinite(p).all() for p in model.parameters()):
             raise _diverged("the weights are no longer finite", epoch, folder)
         scheduler.step()
-        valid_loss = _validation_loss(stacked, rows, valid_index, batch_size, device)
+        valid_loss = _validation_loss(model, rows, valid_index, batch_size, device)
         history.append({"epoch": epoch + 1, "train_loss": train_loss / max(seen, 1), "valid_loss": valid_loss})
         print(f"epoch {epoch + 1}: train {history[-1]['train_loss']:.4f} valid {valid_loss:.4f}")
         if best is None or valid_loss < min(h["valid_loss"] for h in history[:-1]):
-            best = {k: v.detach().cpu().clone() for k, v in stacked.state_dict().items()}
-        _save_checkpoint(out, run, stacked, optimizer, scheduler, epoch, history, best)
+            best = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+        _save_checkpoint(out, run, model, optimizer, scheduler, epoch, history, best)
         atomic_write_json(out / "history.json", {"run": run, "history": history})  # progress, for people watching
-    stacked.load_state_dict(best)
-    return stacked.cpu().write_into(model).eval().requires_grad_(False), history
+    model.load_state_dict(best)
+    return model.cpu().eval().requires_grad_(False), history
 
 
 @torch.no_grad()
 def _validation_loss(model, rows: ShardRows, valid_index: np.ndarray, batch_size: int, device) -> float:
+    model.eval()
     total, count = 0.0, 0
     for b in range(0, len(valid_index), batch_size):
         idx = valid_index[b : b + batch_size]

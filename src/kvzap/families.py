@@ -1,5 +1,5 @@
-"""Which methods a model family cannot run, from its config alone (torch-free): the planner refuses them before any
-job, and the jobs state the same reasons when no config was at hand at plan time.
+"""What a model family cannot serve, from its config alone (torch-free): the library's presses and oracle refuse it
+at entry, the planner (kvzap.plan.refusals) before any job, each with the same reason.
 
 A config here is a plain dict: a Hub config.json, a known offline model's facts (kvzap.plan.model_configs), or a
 loaded model's `config.to_dict()`. A composite config (Gemma 3 with vision) is read through its text_config. Layer
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from kvzap.evaluation import methods
 from kvzap.layer_types import BOUNDED, pruned_layers, skipped_layers
 
 KVZIP_REFUSED = ("gemma3", "gemma3_text")  # kvpress's KVzipPress refuses every Gemma3PreTrainedModel
@@ -74,25 +73,5 @@ def kvzip_reason(config: dict) -> str | None:
         return (
             "KVzipPress replays the context through every layer and then cuts each layer's cache back to the "
             "context, which a sliding-window layer's bounded cache no longer holds"
-        )
-    return None
-
-
-def refusal(config: dict, method: str) -> str | None:
-    """Why `method` (a kvzap.evaluation.methods name) cannot run on the family, or None."""
-    info = methods.METHODS[method]
-    if method in KVZIP and kvzip_reason(config):
-        return kvzip_reason(config)
-    if info.kvzap_attention and pruned_attention_reason(config):
-        return pruned_attention_reason(config)
-    if method == "duo_attention_on_the_fly" and text_config(config).get("model_type") in TYPED_ROPE:
-        return (
-            "kvpress's on-the-fly DuoAttention scoring calls the model's rotary embedding without a layer type, "
-            "which Gemma 3's needs (AttributeError 'None_inv_freq')"
-        )
-    if info.masks and text_config(config).get("model_type") in EAGER_ONLY:
-        return (
-            "kvpress masks its entries through the attention functions it patches, and this family runs eager "
-            "attention (kvpress asserts 'eager mode not supported')"
         )
     return None

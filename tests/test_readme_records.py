@@ -1,0 +1,73 @@
+"""The README's numbers are its records' numbers: the demo table, the stage times and the evaluation's floor ratios
+are read back from the committed JSON records (a README edited by hand, or a record replaced, fails here)."""
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from kvzap.evaluation import methods
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+RECORDS = ROOT / "benchmarks" / "cpu"
+LABELS = {info.label.lower(): name for name, info in methods.METHODS.items()}
+MINUS = str.maketrans({"−": "-"})
+
+
+def table_rows(heading: str) -> list[list[str]]:
+    """The cells of the first Markdown table after `heading`, header and rule rows dropped."""
+    text = README.split(heading, 1)[1]
+    block = re.search(r"((?:^\|.*\|\n)+)", text, re.MULTILINE).group(1)
+    rows = [[cell.strip().strip("*") for cell in line.strip("|").split("|")] for line in block.splitlines()]
+    return rows[2:]
+
+
+def test_the_readme_is_a_front_page():
+    assert len(README.splitlines()) <= 200
+
+
+def test_demo_table_is_the_recorded_run():
+    record = json.loads((RECORDS / "demo_run_amx.json").read_text())
+    cells = {(c["method"], None if c["value"] != c["value"] else round(c["value"], 3)): c for c in record["cells"]}
+    rows = table_rows("## Results at a glance")
+    assert len(rows) == len(cells)
+    for label, parameter, ratio, score in rows:
+        value = re.search(r"-?\d+(\.\d+)?", parameter.translate(MINUS))
+        cell = cells[(LABELS[label.lower()], None if value is None else round(float(value.group()), 3))]
+        assert float(ratio) == pytest.approx(cell["compression_ratio"], abs=5e-4), label
+        mean, low, high = map(float, re.findall(r"\d+\.\d+", score))
+        assert (mean, low, high) == pytest.approx(
+            (cell["average"], cell["ci_low:average"], cell["ci_high:average"]), abs=0.051
+        ), label
+
+
+def test_stage_times_are_the_recorded_runs():
+    rows = table_rows("## Quick start")
+    assert rows
+    for machine, dtype, install, *stages, total in rows:
+        name = "demo_run_amx.json" if "AMX" in machine else "demo_run_avx2.json"
+        record = json.loads((RECORDS / name).read_text())
+        assert dtype == record["dtype"]
+        seconds = [float(re.match(r"[\d.]+", cell).group()) for cell in (install, *stages, total)]
+        recorded = [record["install_s"], *(record["stage_s"][s] for s in ("prepare", "oracle", "surrogates"))]
+        recorded += [record["stage_s"]["evaluation"], record["total_s"]]
+        assert seconds == pytest.approx(recorded, abs=0.5), machine
+
+
+def test_evaluation_floor_ratios_are_the_record():
+    record = {r["dtype"]: r for r in json.loads((RECORDS / "eval_floor.json").read_text())["records"]}
+    row = next(r for r in table_rows("## Speed and memory") if r[0].startswith("evaluation job"))
+    quoted = dict(re.findall(r"([\d.]+)× \((\w+)\)", row[1]))
+    assert {dtype: float(x) for x, dtype in quoted.items()} == pytest.approx(
+        {dtype: round(r["job_over_floor"], 2) for dtype, r in record.items()}
+    )
+
+
+def test_training_floor_is_the_record():
+    record = json.loads((RECORDS / "training_floor.json").read_text())
+    row = next(r for r in table_rows("## Speed and memory") if r[0].startswith("KVzap-MLP training"))
+    minutes, ratio = map(float, re.findall(r"(\d+\.\d+)", row[1]))
+    assert (minutes, ratio) == pytest.approx((round(record["core_minutes"], 2), round(record["fit_over_floor"], 2)))
+    assert f"{record['pairs']:,} pairs" in row[0]
