@@ -18,7 +18,7 @@ import pandas as pd
 
 from kvzap import dtypes
 from kvzap.atomic import atomic_write_json
-from records import output_file, print_table
+from records import output_file, print_table, seconds
 
 STAGES = {  # rule name prefix -> stage
     "prepare_model": "prepare",
@@ -57,8 +57,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--log", type=Path, required=True, help="the output of make demo")
     parser.add_argument("--results", type=Path, default=Path("results"))
-    parser.add_argument("--install-s", type=float, required=True, help="seconds make setup took (measured outside)")
-    parser.add_argument("--total-s", type=float, required=True, help="seconds make demo took, install included")
+    parser.add_argument("--install-s", type=seconds, required=True, help="seconds make setup took (measured outside)")
+    parser.add_argument("--total-s", type=seconds, required=True, help="seconds make demo took, install included")
     parser.add_argument("--note", default="", help="how the run was made (clone, caches, environment)")
     parser.add_argument("--out", type=output_file, required=True)
     args = parser.parse_args()

@@ -45,6 +45,17 @@ def unit_fraction(text: str) -> float:
     return value
 
 
+def seconds(text: str) -> float:
+    """A measured duration: a finite number of seconds, 0 or more."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number: give seconds, e.g. 54") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{value} is not a duration: give 0 or more seconds")
+    return value
+
+
 def output_file(text: str) -> Path:
     """Where a record's JSON goes: a file path (its folder is created), not an existing folder."""
     path = Path(text)

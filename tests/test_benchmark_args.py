@@ -11,7 +11,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from records import nonnegative_int, output_file, positive_int, unit_fraction  # noqa: E402
+from records import nonnegative_int, output_file, positive_int, seconds, unit_fraction  # noqa: E402
 
 SCRIPTS = sorted(p for p in (ROOT / "benchmarks").glob("*.py") if p.name != "records.py")
 FREE_NUMBERS = {"--seed", "--threshold", "--thresholds"}  # any integer seed, any real threshold
@@ -28,6 +28,8 @@ FREE_NUMBERS = {"--seed", "--threshold", "--thresholds"}  # any integer seed, an
         (unit_fraction, "-0.1", "-0.1 is outside [0, 1)"),
         (unit_fraction, "half", "'half' is not a number"),
         (output_file, str(ROOT), "is a folder: give a file path"),
+        (seconds, "-1", "-1.0 is not a duration: give 0 or more seconds"),
+        (seconds, "soon", "'soon' is not a number: give seconds"),
     ],
 )
 def test_bad_values_are_refused_by_name(parse, text, message):

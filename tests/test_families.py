@@ -5,7 +5,7 @@ For every family: the oracle against an eager computation written here from the 
 the plain model; eviction equal to masking in greedy `generate`. Hybrids (a sliding layer with a window shorter than
 the prompt, then a full one) prune the full layer only, in `generate`, chunked prefill, kvpress's pipeline and tau
 calibration. Families out of reach get an asserted refusal.
-README's "Model families" table is this file's outcome.
+docs/families.md's "Model families" table is this file's outcome.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """`pip install kvzap` alone (no workflow extra) is enough to prune: a clean venv gets the library and its own
 dependencies only, imports kvzap.pruning, prunes a tiny model's cache, and has none of the workflow's packages."""
 
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -42,7 +43,11 @@ def test_the_library_installs_and_prunes_without_the_workflow(tmp_path):
     python = str(venv / "bin" / "python")
     pip = [python, "-m", "pip", "install", "-q", "--disable-pip-version-check"]
     subprocess.run([*pip, "torch==2.13.0"], check=True)  # pinned: the CPU wheel, as the Makefile installs it
-    subprocess.run([*pip, str(ROOT)], check=True)
+    source = tmp_path / "kvzap"  # a copy: building in the checkout would leave build/ behind in it
+    shutil.copytree(ROOT / "src", source / "src", ignore=shutil.ignore_patterns("*.egg-info", "__pycache__"))
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy(ROOT / name, source / name)
+    subprocess.run([*pip, str(source)], check=True)
     done = subprocess.run([python, "-c", PRUNE, *WORKFLOW_ONLY], capture_output=True, text=True, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.startswith("pruned")

@@ -1,4 +1,4 @@
-"""Every press signature the README and kvzap.pruning's docstring document is the code's, and calls as written."""
+"""Every press signature docs/library.md and kvzap.pruning's docstring document is the code's, and calls as written."""
 
 from __future__ import annotations
 
@@ -30,14 +30,14 @@ def rendered(cls) -> str:
 
 
 def documented() -> list[tuple[str, str, str]]:
-    sources = {"README.md": (ROOT / "README.md").read_text(), "kvzap.pruning": kvzap.pruning.__doc__}
+    sources = {"docs/library.md": (ROOT / "docs" / "library.md").read_text(), "kvzap.pruning": kvzap.pruning.__doc__}
     text = {name: re.sub(r"`\s*/?\s*\n\s*`?|\n\s+", " ", body) for name, body in sources.items()}
     return [(where, m.group(1), m.group(2)) for where, body in text.items() for m in DOCUMENTED.finditer(body)]
 
 
 def test_every_press_is_documented_in_both_places():
     found = {(where, name) for where, name, _ in documented()}
-    assert found == {(where, name) for where in ("README.md", "kvzap.pruning") for name in PRESSES}
+    assert found == {(where, name) for where in ("docs/library.md", "kvzap.pruning") for name in PRESSES}
 
 
 @pytest.mark.parametrize("where, name, signature", documented())
