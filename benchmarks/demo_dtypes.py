@@ -17,6 +17,7 @@ import torch
 
 from kvzap.atomic import atomic_write_json
 from kvzap.oracle.shards import read_shard
+from kvzap.surrogate.settings import KINDS
 from records import output_file, print_table
 
 MODEL = "smollm2-135m"
@@ -45,8 +46,7 @@ def oracle_agreement(a: Path, b: Path) -> dict:
 
 def r2(root: Path) -> dict:
     return {
-        kind: json.loads((root / MODEL / "surrogates" / kind / "metrics.json").read_text())["r2_mean"]
-        for kind in ("linear", "mlp")
+        kind: json.loads((root / MODEL / "surrogates" / kind / "metrics.json").read_text())["r2_mean"] for kind in KINDS
     }
 
 

@@ -24,6 +24,7 @@ from kvzap.evaluation.shared_prefill import run_greedy_shared
 from kvzap.evaluation.suites import ruler
 from kvzap.plan.sweep import samples_per_decode
 from kvzap.prepare.models import load
+from kvzap.surrogate.settings import KINDS
 from records import output_file, positive_int, print_table
 
 CELLS = [
@@ -54,7 +55,7 @@ def main() -> None:
     unshared = [m for m, _ in cells if not methods.METHODS[m].shares_prefill]
     if unshared:
         raise SystemExit(f"{unshared} prune with their own prefill: the sweep compares methods that share one.")
-    surrogates = {kind: args.surrogates / kind for kind in ("linear", "mlp")}
+    surrogates = {kind: args.surrogates / kind for kind in KINDS}
     _, tokenizer = load(args.model, dtype="float32")
     rows = ruler.load("offline", str(args.context), tokenizer, args.n_samples, 42, tasks=args.tasks)
     rows["max_new_tokens"] = rows["max_new_tokens"].clip(upper=args.max_new_tokens)

@@ -25,6 +25,7 @@ from huggingface_hub.utils import validate_repo_id
 from kvzap.atomic import atomic_write_json, atomic_write_text
 from kvzap.provenance import stamp
 from kvzap.surrogate.model import CONFIG_NAME, WEIGHTS_NAME, Surrogate, read_config, same_model
+from kvzap.surrogate.settings import KINDS
 
 PAPER = "https://arxiv.org/abs/2601.07891"
 SURROGATE_FILES = (CONFIG_NAME, WEIGHTS_NAME, "metrics.json")
@@ -32,7 +33,6 @@ SURROGATE_FILES = (CONFIG_NAME, WEIGHTS_NAME, "metrics.json")
 # surrogate (kvzap.evaluation.presses: "kvzap_linear", "kvzap_mlp"; its sweep value is the threshold tau), as
 # kvzap.report.aggregate writes them: `model` is the config's model key, `model_id` the model's id.
 MODEL_COLS, METHOD_COL, COMPRESSION_COL, TAU_COL = ("model", "model_id"), "method", "compression_ratio", "value"
-KINDS = ("linear", "mlp")
 # A Hub license identifier (apache-2.0, mit, cc-by-4.0, other): lower-case letters, digits, '.', '-', '+'.
 LICENSE = re.compile(r"[a-z0-9][a-z0-9.+-]*")
 

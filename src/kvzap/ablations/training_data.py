@@ -38,6 +38,7 @@ from kvzap.provenance import stamp
 from kvzap.pruning import KVzapPress, SurrogateScorerPress
 from kvzap.pruning.calibration import ScoreSample, mean_ratio, threshold_for
 from kvzap.surrogate import train
+from kvzap.surrogate.settings import KINDS
 from kvzap.window import WINDOW  # the protected recent tokens are never judged
 
 
@@ -146,7 +147,7 @@ def run(args) -> dict:
     _, full = greedy_summary(model, tokenizer, rows, bench, None)
     results = []
     for (name, size), pairs in chosen.items():
-        for kind in ("linear", "mlp"):
+        for kind in KINDS:
             torch.manual_seed(args.seed)
             with tempfile.TemporaryDirectory() as scratch:
                 surrogate, best_epoch = fit(kind, args.data, pairs, args, Path(scratch))

@@ -17,6 +17,7 @@ from kvzap.plan.model_configs import model_config
 from kvzap.plan.sweep import cells, value_label
 from kvzap.prepare.assets import OFFLINE_CORPORA, OFFLINE_MODELS, OFFLINE_PACKAGES
 from kvzap.report.outputs import FIGURES, METRICS
+from kvzap.surrogate.settings import KINDS
 
 SAFE_NAME = re.compile(r"^(?!\.{1,2}$)[A-Za-z0-9][A-Za-z0-9._-]*$")  # a path component: no '/', no '..'
 
@@ -213,7 +214,7 @@ def _check_figure(config: dict, name: str, fig: dict) -> None:
             "ablations.training_pairs.models is empty, so nothing is ablated",
             "list models under ablations.training_pairs, or remove the figure",
         )
-    if fig["kind"] == "surrogate_fit" and set(config["training"]["surrogates"]) != {"linear", "mlp"}:
+    if fig["kind"] == "surrogate_fit" and set(config["training"]["surrogates"]) != set(KINDS):
         fail(
             "training.surrogates",
             config["training"]["surrogates"],

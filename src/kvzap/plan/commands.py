@@ -9,7 +9,7 @@ import shlex
 from kvzap.evaluation import methods
 from kvzap.plan import paths
 from kvzap.plan.sweep import Cell, EvalJob, cells
-from kvzap.surrogate.settings import TRAINING_KEYS
+from kvzap.surrogate.settings import KINDS, TRAINING_KEYS
 
 STAGES = ("prepare", "oracle", "train", "evaluate")
 # The one default of every cluster resource (a stage's keys in models.<name>.resources override them).
@@ -164,7 +164,7 @@ def figure_inputs(config: dict, name: str) -> dict[str, list[str]]:
         inputs["surrogates"] = [
             f"{paths.surrogate_dir(config['results'], m, k)}/{f}"
             for m in spec.get("models") or config["models"]
-            for k in ("linear", "mlp")
+            for k in KINDS
             for f in ("metrics.json", "test_predictions.safetensors")
         ]
     if spec["kind"] == "training_pairs":

@@ -2,3 +2,4 @@
 one of its own settings changes, and the trainer refuses a run that lacks one."""
 
 TRAINING_KEYS = {"linear": ("alpha",), "mlp": ("epochs", "lr", "batch_size")}
+KINDS = tuple(TRAINING_KEYS)  # the surrogate kinds: KVzap-Linear and KVzap-MLP

@@ -38,7 +38,7 @@ from kvzap.intervals import bootstrap
 from kvzap.oracle.shards import ShardRows, read_shard
 from kvzap.provenance import stamp
 from kvzap.surrogate.model import Surrogate
-from kvzap.surrogate.settings import TRAINING_KEYS
+from kvzap.surrogate.settings import KINDS, TRAINING_KEYS
 
 
 def load_manifest(folder: Path) -> dict:
@@ -372,7 +372,7 @@ def predict(model: Surrogate, folder: Path, batch_size: int = 4096) -> tuple[tor
 def build_parser() -> argparse.ArgumentParser:
     """No defaults for the settings: their one default is in kvzap/plan/config.schema.json; each kind needs its own."""
     parser = argparse.ArgumentParser(description="Train a KVzap surrogate (linear or MLP) on oracle shards.")
-    parser.add_argument("--kind", choices=["linear", "mlp"], required=True)
+    parser.add_argument("--kind", choices=KINDS, required=True)
     parser.add_argument("--data", type=Path, required=True, help="oracle folder with train/ and test/")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--alpha", type=float, help="ridge penalty (linear)")
