@@ -65,3 +65,24 @@ def test_prepared_model_loads_in_the_resolved_dtype(cpu, tmp_path):
     cpu("avx2", "AVX2")
     model, _ = models.load(record, dtype="auto", device_map="cpu")
     assert next(model.parameters()).dtype == torch.float32
+
+
+def test_the_schema_offers_the_dtypes_the_jobs_accept():
+    import json
+    from pathlib import Path
+
+    schema = json.loads((Path(__file__).resolve().parents[1] / "src/kvzap/plan/config.schema.json").read_text())
+    dtype = schema["properties"]["models"]["additionalProperties"]["properties"]["dtype"]
+    assert tuple(dtype["enum"]) == dtypes.CHOICES and dtype["default"] == "auto"
+
+
+def test_a_job_refuses_a_bad_dtype_by_name_and_records_the_resolved_one(cpu, capsys):
+    from kvzap.evaluation import job
+
+    argv = ["--model", "m.json", "--benchmark", "ruler", "--subsets", "256", "--cells", "full", "--out", "o"]
+    argv += ["--model-name", "m", "--bench-name", "r"]
+    with pytest.raises(SystemExit):
+        job.parse_args([*argv, "--dtype", "fp8"])
+    assert "invalid choice: 'fp8'" in capsys.readouterr().err
+    cpu("avx2", "AVX2")
+    assert job.parse_args(argv).dtype == "float32"

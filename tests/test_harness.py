@@ -145,7 +145,7 @@ def test_every_registered_method_builds():
 
 def test_kvzap_presses_protect_the_window_their_registry_entry_names(tiny_setup):
     """methods.METHODS[m].window (None: kvzap.window.WINDOW) is the window the built press keeps."""
-    from kvzap.window import WINDOW
+    from kvzap.window import WINDOW  # written out here, not read through the property under test
 
     surrogates = {"linear": tiny_setup / "linear", "mlp": tiny_setup / "linear"}  # a folder is enough to build
     for name, info in methods.METHODS.items():

@@ -11,6 +11,7 @@ from pathlib import Path
 import torch
 
 NAMES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+CHOICES = ("auto", *NAMES)  # what a config or a --dtype flag may say
 NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 
 
@@ -40,7 +41,7 @@ def resolve(name: str, device: str | torch.device | None = None) -> str:
     """A concrete dtype name for `name` on `device` (default: the GPU when present, else the CPU)."""
     if name != "auto":
         if name not in NAMES:
-            raise ValueError(f"dtype {name!r} is not one of {['auto', *NAMES]}.")
+            raise ValueError(f"dtype {name!r} is not one of {list(CHOICES)}.")
         return name
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     return "bfloat16" if native_bf16(device) else "float32"

@@ -208,7 +208,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, required=True, help="oracle folder with train/ and test/")
     parser.add_argument("--model", type=Path, required=True, help="model.json written by kvzap.prepare.models")
-    parser.add_argument("--dtype", type=dtypes.resolve, required=True, help="auto: the machine's fastest exact dtype")
+    parser.add_argument("--dtype", choices=dtypes.CHOICES, required=True, help="auto: the fastest exact one here")
     parser.add_argument("--sizes", type=int, nargs="+", required=True, help="training pairs per surrogate")
     parser.add_argument("--sources", nargs="+", required=True, help='"all", or name=subset[,subset...]')
     parser.add_argument("--alpha", type=float, required=True)
@@ -231,6 +231,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main() -> None:
     args = build_parser().parse_args()
+    args.dtype = dtypes.resolve(args.dtype)  # provenance records the dtype the job runs in
     atomic_write_json(args.out, run(args))
     print(f"wrote {args.out}")
 

@@ -340,7 +340,7 @@ def parse_args(argv=None):
     parser.add_argument("--n-samples", type=int, default=None, help="per task (default: all)")
     parser.add_argument("--max-new-tokens", type=int, default=None, help="cap on the benchmark's lengths")
     parser.add_argument("--rollouts", type=int, default=None, help="sampling benchmarks: rollouts per problem")
-    parser.add_argument("--dtype", type=dtypes.resolve, default="auto", help="auto: the machine's fastest exact dtype")
+    parser.add_argument("--dtype", choices=dtypes.CHOICES, default="auto", help="auto: the fastest exact one here")
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--shard", type=int, default=0, help="this job evaluates rows shard, shard + n, ...")
     parser.add_argument("--n-shards", type=int, default=1)
@@ -353,7 +353,9 @@ def parse_args(argv=None):
     )
     parser.add_argument("--model-name", required=True, help="the model's name in the config (recorded in metrics.json)")
     parser.add_argument("--bench-name", required=True, help="the benchmark entry's name in the config (recorded)")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    args.dtype = dtypes.resolve(args.dtype)  # provenance records the dtype the job runs in
+    return args
 
 
 def main(argv=None) -> None:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kvzap.window import WINDOW
+
 
 @dataclass(frozen=True)
 class MethodInfo:
@@ -26,6 +28,11 @@ class MethodInfo:
     def kvzap_attention(self) -> bool:
         """Runs under kvzap.pruning.attention: our presses' pruned layers, or forced (PyramidKV's uneven layers)."""
         return self.surrogate is not None or self.attn_implementation == "kvzap"
+
+    @property
+    def protected_window(self) -> int:
+        """The recent tokens the method's press always keeps."""
+        return WINDOW if self.window is None else self.window
 
     @property
     def kvzap(self) -> bool:

@@ -115,21 +115,21 @@ def _kvzip(**options) -> kvpress.KVzipPress:
 def _kvzap_threshold(name: str) -> Callable:
     """KVzap at threshold τ with the registry's surrogate, window and prefill chunk (each variant changes one)."""
     info = methods.METHODS[name]
-    window = {} if info.window is None else {"window": info.window}
     return lambda threshold, surrogates, decoding: KVzapPress(
         str(surrogates[info.surrogate]),
         threshold=threshold,
         decoding=decoding,
         prefill_chunk=info.prefill_chunk,
-        **window,
+        window=info.protected_window,
     )
 
 
 def _kvzap_topk(press_cls, name: str) -> Callable:
     """The paper's Fig. 5 ablation: a fixed top-k per head or layer, with the registry's surrogate and window."""
     info = methods.METHODS[name]
-    window = {} if info.window is None else {"window": info.window}
-    return lambda ratio, surrogates, decoding: press_cls(str(surrogates[info.surrogate]), ratio=ratio, **window)
+    return lambda ratio, surrogates, decoding: press_cls(
+        str(surrogates[info.surrogate]), ratio=ratio, window=info.protected_window
+    )
 
 
 class PublishedDuoAttentionPress(kvpress.DuoAttentionPress):

@@ -184,7 +184,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--n-train", type=int, required=True, help="training prompts per subset")
     parser.add_argument("--tokens-per-prompt", type=parse_token_count, required=True, help='a count, or "all"')
     parser.add_argument("--shard-tokens", type=int, required=True)
-    parser.add_argument("--dtype", type=dtypes.resolve, required=True, help="auto: the machine's fastest exact dtype")
+    parser.add_argument("--dtype", choices=dtypes.CHOICES, required=True, help="auto: the fastest exact one here")
     parser.add_argument("--seed", type=int, required=True)
     parser.add_argument(
         "--store-kv",
@@ -197,6 +197,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main() -> None:
     args = build_parser().parse_args()
+    args.dtype = dtypes.resolve(args.dtype)  # provenance records the dtype the job runs in
 
     torch.manual_seed(args.seed)
     model, tokenizer = models.load(args.model, dtype=args.dtype)

@@ -75,7 +75,7 @@ def load(
     record = read_record(Path(model_json))
     if device_map is None:
         device_map = "auto" if torch.cuda.is_available() else "cpu"
-    device = "cpu" if device_map == "cpu" else "cuda"
+    device = "cuda" if torch.cuda.is_available() and device_map != "cpu" else "cpu"
     kwargs = {"dtype": dtypes.NAMES[dtypes.resolve(dtype, device)], "device_map": device_map}
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation

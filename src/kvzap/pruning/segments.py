@@ -164,7 +164,8 @@ def _decode(q, packed: Packed, window_keys, window_values):
     one batched matmul each; only the used slots take a matmul per row, two in all.
 
     bf16 and fp16 run in float32: on a CPU one row's small matmul costs several times more in bf16 (the library's
-    per-call set-up) than casting its few hundred slots (the demo's decoding: 2.1x its bare forwards in bf16).
+    per-call set-up) than casting its few hundred slots (without the cast, the demo's bf16 prefill-group job took
+    2.1x its bare forwards).
     """
     with _one_thread():
         if q.dtype == torch.float32:

@@ -19,7 +19,6 @@ from kvzap.evaluation import methods
 from kvzap.evaluation.predictions import read_predictions
 from kvzap.evaluation.suites import aime
 from kvzap.intervals import ci_columns, mean_over_cells
-from kvzap.window import WINDOW
 
 KVZAP_METHODS = methods.KVZAP_METHODS
 AIME_TYPE = "aime25"
@@ -41,7 +40,7 @@ TABLE2_COLUMNS = [
 # Window ablation (paper §3.8): KVzap-MLP at the default window and the registry's window variants, each with the
 # whole-prompt prefill (a chunked variant would be a second row at window 128).
 WINDOWS = {
-    name: WINDOW if info.window is None else info.window
+    name: info.protected_window
     for name, info in methods.METHODS.items()
     if info.parameter == "threshold" and info.surrogate == "mlp" and info.prefill_chunk is None
 }
