@@ -16,8 +16,8 @@ import pandas as pd
 import torch
 
 from kvzap.atomic import atomic_write_json
-from kvzap.oracle.shards import read_shard
 from kvzap.surrogate.settings import KINDS
+from kvzap.training.shards import read_shard
 from records import output_file, print_table
 
 MODEL = "smollm2-135m"

@@ -37,8 +37,9 @@ from transformers import DynamicCache
 from transformers.utils import logging
 
 from kvzap.atomic import atomic_write_json
+from kvzap.introspection import attention_modules
 from kvzap.oracle.attention import decoder
-from kvzap.oracle.scores import RepeatPrompt, attention_modules, build_repeat_prompt, oracle_scores
+from kvzap.oracle.scores import RepeatPrompt, build_repeat_prompt, oracle_scores
 from kvzap.prepare.assets import paul_graham_essays
 from kvzap.prepare.models import ensure_prepared, load
 from records import output_file, positive_int

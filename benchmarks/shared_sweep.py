@@ -20,9 +20,9 @@ import torch
 
 from kvzap.atomic import atomic_write_json
 from kvzap.evaluation import job, methods, presses
+from kvzap.evaluation.grouping import samples_per_decode
 from kvzap.evaluation.shared_prefill import run_greedy_shared
 from kvzap.evaluation.suites import ruler
-from kvzap.plan.sweep import samples_per_decode
 from kvzap.prepare.models import load
 from kvzap.surrogate.settings import KINDS
 from records import output_file, positive_int, print_table

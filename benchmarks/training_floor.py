@@ -19,8 +19,8 @@ import torch
 
 from kvzap import dtypes
 from kvzap.atomic import atomic_write_json
-from kvzap.oracle.shards import ShardRows
-from kvzap.surrogate import train
+from kvzap.training import fit
+from kvzap.training.shards import ShardRows
 from records import output_file, positive_int, print_table
 
 COLUMNS = ["pairs", "epochs", "fit_mlp_s", "floor_s", "fit_over_floor", "core_minutes"]
@@ -44,7 +44,7 @@ def step_time(network: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, batch:
 def fit_seconds(args) -> float:
     with tempfile.TemporaryDirectory() as scratch:
         start = time.perf_counter()
-        train.fit_mlp(args.data, Path(scratch), args.epochs, batch_size=args.batch_size, device=torch.device("cpu"))
+        fit.fit_mlp(args.data, Path(scratch), args.epochs, batch_size=args.batch_size, device=torch.device("cpu"))
         return time.perf_counter() - start
 
 
@@ -59,10 +59,10 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     fit = fit_seconds(args)
 
-    rows = ShardRows(train.shards(args.data))
+    rows = ShardRows(fit.shards(args.data))
     pairs = len(rows)
     x, y = rows.gather("h", np.arange(pairs)).float(), rows.gather("y", np.arange(pairs)).float()
-    surrogate = train.new_surrogate(train.load_manifest(args.data), x.shape[-1] // 8)
+    surrogate = fit.new_surrogate(fit.load_manifest(args.data), x.shape[-1] // 8)
     steps = args.epochs * round(0.95 * pairs / args.batch_size)  # fit_mlp holds 5 % of the prompts out
     floor = step_time(surrogate.train().requires_grad_(True), x, y, args.batch_size, steps)
     record = {

@@ -20,7 +20,7 @@ rule oracle_kv_data:
         args=lambda wc: commands.oracle_args(config, wc.model, kv_ablation=True),
         out=lambda wc: paths.oracle_dir(RESULTS, wc.model, kv_ablation=True),
     shell:
-        "OMP_NUM_THREADS={threads} python -m kvzap.oracle.collect --model {input} {params.args} "
+        "OMP_NUM_THREADS={threads} python -m kvzap.training.collect --model {input} {params.args} "
         "--out {params.out} > {log} 2>&1"
 
 

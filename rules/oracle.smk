@@ -17,5 +17,5 @@ rule oracle_data:
         args=lambda wc: commands.oracle_args(config, wc.model),
         out=lambda wc: paths.oracle_dir(RESULTS, wc.model),
     shell:
-        "OMP_NUM_THREADS={threads} python -m kvzap.oracle.collect --model {input} {params.args} "
+        "OMP_NUM_THREADS={threads} python -m kvzap.training.collect --model {input} {params.args} "
         "--out {params.out} > {log} 2>&1"

@@ -25,5 +25,5 @@ rule train_surrogate:
         args=lambda wc: commands.train_args(config, wc.kind),  # only this kind's settings: alpha reruns linear alone
         data=lambda wc: paths.oracle_dir(RESULTS, wc.model),
     shell:
-        "OMP_NUM_THREADS={threads} python -m kvzap.surrogate.train {params.args} --data {params.data} "
+        "OMP_NUM_THREADS={threads} python -m kvzap.training.fit {params.args} --data {params.data} "
         "--out $(dirname {output.model}) > {log} 2>&1"

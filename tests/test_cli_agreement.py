@@ -11,9 +11,9 @@ import yaml
 from snakemake.utils import validate as fill_defaults
 
 from kvzap.evaluation import job
-from kvzap.oracle import collect
 from kvzap.plan import commands, schema, sweep
-from kvzap.surrogate import settings, train
+from kvzap.surrogate import settings
+from kvzap.training import collect, fit
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -44,10 +44,10 @@ def test_plan_command_lines_parse(name):
     _no_second_default(collect.build_parser(), words)
     for kind in ("linear", "mlp"):
         words = shlex.split(commands.train_args(config, kind)) + ["--data", "d", "--out", "o"]
-        args = train.build_parser().parse_args(words)
+        args = fit.build_parser().parse_args(words)
         for key in settings.TRAINING_KEYS[kind]:
             assert getattr(args, key) == config["training"][key]
-        _no_second_default(train.build_parser(), words)
+        _no_second_default(fit.build_parser(), words)
     for eval_job in sweep.eval_jobs(config)[:50]:
         words = shlex.split(
             commands.evaluate_args(config, eval_job, 0, config["evaluation"]["benchmarks"][eval_job.bench]["shards"])
@@ -88,5 +88,5 @@ def test_aime_and_prefill_group_jobs_get_their_models_batch_size():
 def test_training_kind_needs_its_settings(capsys, monkeypatch):
     monkeypatch.setattr("sys.argv", ["train", "--kind", "mlp", "--data", "d", "--out", "o", "--seed", "1"])
     with pytest.raises(SystemExit):
-        train.main()
+        fit.main()
     assert "--kind mlp needs --epochs --lr --batch-size" in capsys.readouterr().err

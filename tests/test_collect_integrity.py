@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from kvzap.oracle import collect
-from kvzap.oracle.collect import collect_split
+from kvzap.training import collect
+from kvzap.training.collect import collect_split
 from test_collect_train import RECORD, SETTINGS, _collect, _prompts, _synthetic_split
 from tiny_models import tiny_model, tiny_tokenizer
 
@@ -84,7 +84,7 @@ def test_shard_checksum_covers_the_tensor_bytes(tmp_path):
 
 
 def test_corrupted_tensor_data_is_refused(tmp_path):
-    from kvzap.oracle.shards import read_shard
+    from kvzap.training.shards import read_shard
 
     _collect(tmp_path)
     path = tmp_path / "shard-00000.safetensors"
@@ -117,7 +117,7 @@ def test_non_finite_oracle_output_is_not_written(tmp_path, monkeypatch):
 
 def test_memory_mapped_rows_equal_the_loaded_shards(tmp_path):
     """Global indices run shard after shard; bf16 comes back bit-exact through its int16 storage."""
-    from kvzap.oracle.shards import ShardRows, read_shard
+    from kvzap.training.shards import ShardRows, read_shard
 
     x, _ = _synthetic_split(tmp_path / "train", n=50, shard=20, dtype=torch.bfloat16)
     paths = sorted((tmp_path / "train").glob("shard-*"))

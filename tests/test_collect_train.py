@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from kvzap.oracle.collect import collect_split
-from kvzap.oracle.corpus import Prompt
-from kvzap.oracle.shards import read_shard, write_shard
-from kvzap.surrogate import train
+from kvzap.training import fit
+from kvzap.training.collect import collect_split
+from kvzap.training.corpus import Prompt
+from kvzap.training.shards import read_shard, write_shard
 from tiny_models import TEXT, tiny_model, tiny_tokenizer
 
 SETTINGS = {"test": 1}
@@ -67,7 +67,7 @@ def test_truncated_shard_named(tmp_path):
 
 
 def _synthetic_split(folder, n=600, layers=2, dim=12, heads=2, seed=0, shard=200, dtype=torch.float32):
-    """Shards of y = x W - 6 + noise (prompt = row index), written as kvzap.oracle.collect writes them."""
+    """Shards of y = x W - 6 + noise (prompt = row index), written as kvzap.training.collect writes them."""
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(n, layers, dim, generator=g) * 3 + 1
     w = torch.randn(layers, dim, heads, generator=g)
@@ -102,7 +102,7 @@ def test_ridge_equals_scikit_learn(tmp_path):
     from sklearn.linear_model import Ridge
 
     x, y = _synthetic_split(tmp_path / "train")
-    model = train.fit_ridge(tmp_path / "train", alpha=1.0, device=torch.device("cpu"))
+    model = fit.fit_ridge(tmp_path / "train", alpha=1.0, device=torch.device("cpu"))
     for layer in range(2):
         ref = Ridge(alpha=1.0).fit(x[:, layer].double().numpy(), y[:, layer].double().numpy())
         np.testing.assert_allclose(model.layers[layer].weight.numpy(), ref.coef_, rtol=1e-4, atol=1e-6)
@@ -112,7 +112,7 @@ def test_ridge_equals_scikit_learn(tmp_path):
 def test_squared_pearson_matches_numpy():
     g = torch.Generator().manual_seed(0)
     t, p = torch.randn(50, 2, 3, generator=g), torch.randn(50, 2, 3, generator=g)
-    r2 = train.squared_pearson(t, p)
+    r2 = fit.squared_pearson(t, p)
     ref = np.corrcoef(t[:, 1, 2].numpy(), p[:, 1, 2].numpy())[0, 1] ** 2
     assert r2[1, 2].item() == pytest.approx(ref, rel=1e-5)
 
@@ -120,21 +120,21 @@ def test_squared_pearson_matches_numpy():
 def test_mlp_learns_and_resumes_identically(tmp_path, monkeypatch):
     _synthetic_split(tmp_path / "train")
     kwargs = dict(epochs=4, lr=5e-3, batch_size=64, hidden_dim=8, device=torch.device("cpu"))
-    full, history = train.fit_mlp(tmp_path / "train", tmp_path / "a", **kwargs)
+    full, history = fit.fit_mlp(tmp_path / "train", tmp_path / "a", **kwargs)
     assert history[-1]["valid_loss"] < history[0]["valid_loss"]
 
-    save = train._save_checkpoint
+    save = fit._save_checkpoint
 
     def killed_after_second_epoch(out, run, model, optimizer, scheduler, epoch, history, best):
         save(out, run, model, optimizer, scheduler, epoch, history, best)
         if epoch == 1:
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(train, "_save_checkpoint", killed_after_second_epoch)
+    monkeypatch.setattr(fit, "_save_checkpoint", killed_after_second_epoch)
     with pytest.raises(KeyboardInterrupt):
-        train.fit_mlp(tmp_path / "train", tmp_path / "b", **kwargs)
-    monkeypatch.setattr(train, "_save_checkpoint", save)
-    resumed, resumed_history = train.fit_mlp(tmp_path / "train", tmp_path / "b", **kwargs)
+        fit.fit_mlp(tmp_path / "train", tmp_path / "b", **kwargs)
+    monkeypatch.setattr(fit, "_save_checkpoint", save)
+    resumed, resumed_history = fit.fit_mlp(tmp_path / "train", tmp_path / "b", **kwargs)
     assert [h["epoch"] for h in resumed_history] == [1, 2, 3, 4]
     for a, b in zip(full.state_dict().values(), resumed.state_dict().values()):
         torch.testing.assert_close(a, b)
@@ -143,17 +143,17 @@ def test_mlp_learns_and_resumes_identically(tmp_path, monkeypatch):
 def test_truncated_training_checkpoint_named(tmp_path):
     _synthetic_split(tmp_path / "train")
     kwargs = dict(epochs=1, lr=5e-3, batch_size=64, hidden_dim=8, device=torch.device("cpu"))
-    train.fit_mlp(tmp_path / "train", tmp_path / "out", **kwargs)
+    fit.fit_mlp(tmp_path / "train", tmp_path / "out", **kwargs)
     checkpoint = tmp_path / "out" / "checkpoint.safetensors"
     checkpoint.write_bytes(checkpoint.read_bytes()[:64])
     with pytest.raises(ValueError, match="checkpoint.safetensors"):
-        train.fit_mlp(tmp_path / "train", tmp_path / "out", **{**kwargs, "epochs": 2})
+        fit.fit_mlp(tmp_path / "train", tmp_path / "out", **{**kwargs, "epochs": 2})
 
 
 def test_nemotron_selection_follows_the_paper(monkeypatch):
     """Per subset: token length strictly inside (min, max); the first n_test kept are held out, the next n_train
     train."""
-    from kvzap.oracle import corpus
+    from kvzap.training import corpus
 
     texts = {s: [f"{s} " + "word " * n for n in (5, 20, 30, 12, 40, 25, 10)] for s in corpus.NEMOTRON_SUBSETS}
     monkeypatch.setattr(corpus, "_hub_texts", lambda subset: iter(texts[subset]))
@@ -191,7 +191,7 @@ def test_ridge_on_chosen_pairs_equals_scikit_learn_on_those_rows(tmp_path):
 
     x, y = _synthetic_split(tmp_path / "train")
     pairs = np.r_[5:150, 310:420]  # spans three shards, skips rows in each
-    model = train.fit_ridge(tmp_path / "train", alpha=1.0, device=torch.device("cpu"), pairs=pairs)
+    model = fit.fit_ridge(tmp_path / "train", alpha=1.0, device=torch.device("cpu"), pairs=pairs)
     ref = Ridge(alpha=1.0).fit(x[pairs, 1].double().numpy(), y[pairs, 1].double().numpy())
     np.testing.assert_allclose(model.layers[1].weight.numpy(), ref.coef_, rtol=1e-4, atol=1e-6)
 
@@ -200,16 +200,16 @@ def test_mlp_keeps_its_best_validation_epoch(tmp_path, monkeypatch):
     """Scripted validation losses: the weights returned are those after epoch 2, the lowest, not the last."""
     _synthetic_split(tmp_path / "train")
     losses = iter([3.0, 1.0, 2.0, 4.0])
-    monkeypatch.setattr(train, "_validation_loss", lambda *args: next(losses))
+    monkeypatch.setattr(fit, "_validation_loss", lambda *args: next(losses))
     snapshots = []
-    save = train._save_checkpoint
+    save = fit._save_checkpoint
 
     def snapshot(out, run, model, *args):
         snapshots.append({k: v.detach().clone() for k, v in model.state_dict().items()})
         save(out, run, model, *args)
 
-    monkeypatch.setattr(train, "_save_checkpoint", snapshot)
-    model, history = train.fit_mlp(
+    monkeypatch.setattr(fit, "_save_checkpoint", snapshot)
+    model, history = fit.fit_mlp(
         tmp_path / "train", tmp_path / "out", epochs=4, lr=5e-3, batch_size=64, hidden_dim=8, device=torch.device("cpu")
     )
     assert [h["valid_loss"] for h in history] == [3.0, 1.0, 2.0, 4.0]
@@ -219,7 +219,7 @@ def test_mlp_keeps_its_best_validation_epoch(tmp_path, monkeypatch):
 
 
 def test_all_tokens_scored(tmp_path):
-    from kvzap.oracle.collect import parse_token_count, sample_positions
+    from kvzap.training.collect import parse_token_count, sample_positions
 
     assert parse_token_count("all") is None and parse_token_count("250") == 250
     assert sample_positions(7, None, 1, 0).tolist() == list(range(7))
@@ -234,7 +234,7 @@ def test_all_tokens_scored(tmp_path):
 
 def test_validation_holds_out_whole_prompts():
     prompts = np.repeat(np.arange(40), 7)  # 40 prompts of 7 pairs
-    train_index, valid_index = train._split(prompts, 0.05, seed=3)
+    train_index, valid_index = fit._split(prompts, 0.05, seed=3)
     assert len(set(prompts[valid_index])) == 2 and len(valid_index) == 14  # 5% of the prompts, all their pairs
     assert not set(prompts[valid_index]) & set(prompts[train_index])
     assert sorted([*train_index, *valid_index]) == list(range(len(prompts)))
@@ -250,7 +250,7 @@ def test_ridge_solves_after_set_num_threads():
 
     script = textwrap.dedent("""
         import numpy as np, torch
-        from kvzap.surrogate.train import ridge_solve
+        from kvzap.training.fit import ridge_solve
         torch.set_num_threads(2)
         g = torch.Generator().manual_seed(0)
         x = torch.randn(30, 1500, 576, generator=g, dtype=torch.float64)

@@ -2,8 +2,8 @@
 
 import pytest
 
-from kvzap.oracle import corpus
 from kvzap.prepare import assets
+from kvzap.training import corpus
 from tiny_models import tiny_tokenizer
 
 

@@ -1,6 +1,6 @@
 """Nemotron prompts reach the oracle verbatim: whitespace at either end and non-ASCII text are kept as read."""
 
-from kvzap.oracle import corpus
+from kvzap.training import corpus
 from tiny_models import tiny_tokenizer
 
 EDGE_TEXTS = [

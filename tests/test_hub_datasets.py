@@ -21,7 +21,7 @@ from transformers import AutoTokenizer
 
 import kvzap
 from kvzap.evaluation.suites import aime, longbench, ruler
-from kvzap.oracle.corpus import NEMOTRON, NEMOTRON_SUBSETS
+from kvzap.training.corpus import NEMOTRON, NEMOTRON_SUBSETS
 
 ROOT = Path(__file__).resolve().parents[1]
 SRC = Path(kvzap.__file__).resolve().parents[1]  # the kvzap this session imports (a worktree's src first)
@@ -36,7 +36,7 @@ CHILD = textwrap.dedent("""
     from pathlib import Path
     from datasets import load_dataset
     from transformers import AutoTokenizer
-    from kvzap.oracle import corpus
+    from kvzap.training import corpus
     from kvzap.evaluation.suites import aime, longbench, ruler
     from tests.rehearsal import hub_datasets
 
@@ -211,7 +211,7 @@ def test_dataset_files_filters_like_allow_patterns_and_sorts(tmp_path, monkeypat
 
 
 def test_nemotron_texts_stream_file_by_file_in_order(tmp_path, monkeypatch):
-    from kvzap.oracle import corpus
+    from kvzap.training import corpus
 
     texts = [" lead", "trail\n", "naïve ✓", "数学", "\tboth\t"]
     paths = [tmp_path / "part_0.parquet", tmp_path / "part_1.parquet"]

@@ -22,11 +22,11 @@ from transformers import AutoConfig, AutoModelForCausalLM, DynamicCache, pipelin
 from transformers.cache_utils import DynamicSlidingWindowLayer
 
 from kvzap import families
-from kvzap.evaluation import job, merge, presses, shared_prefill
+from kvzap.evaluation import job, merge, presses, refusals, shared_prefill
 from kvzap.evaluation.prefill_cache import prefill_cache
+from kvzap.introspection import attention_modules
 from kvzap.layer_types import pruned_layers, skipped_layers
-from kvzap.oracle.attention import attention_modules
-from kvzap.plan import errors, model_configs, refusals
+from kvzap.plan import errors, model_configs
 from kvzap.prepare.assets import OFFLINE_MODELS
 from kvzap.report import aggregate
 from test_config_hostile import BASE, planned

@@ -17,15 +17,15 @@ from transformers import DynamicCache
 from kvzap import publish
 from kvzap.ablations import training_data
 from kvzap.oracle.attention import LayerScorer
-from kvzap.oracle.collect import collect_split
-from kvzap.oracle.corpus import Prompt
 from kvzap.oracle.scores import build_repeat_prompt, oracle_scores
-from kvzap.oracle.shards import read_shard
 from kvzap.pruning import SurrogateScorerPress
 from kvzap.pruning.calibration import collect_scores
 from kvzap.report import figures
-from kvzap.surrogate import train
 from kvzap.surrogate.model import Surrogate
+from kvzap.training import fit
+from kvzap.training.collect import collect_split
+from kvzap.training.corpus import Prompt
+from kvzap.training.shards import read_shard
 from test_families import build, eager_log_kvzip_plus, one_thread  # noqa: F401 (one_thread: an autouse fixture)
 from tiny_models import TEXT, tiny_model, tiny_tokenizer
 
@@ -98,7 +98,7 @@ def _train(kind: str, data, out, monkeypatch) -> None:
     settings = ["--alpha", "1"] if kind == "linear" else ["--epochs", "2", "--lr", "5e-3", "--batch-size", "16"]
     argv = ["train", "--kind", kind, "--data", str(data), "--out", str(out), "--seed", "0", *settings]
     monkeypatch.setattr(sys, "argv", [*argv, *(["--hidden-dim", "8"] if kind == "mlp" else [])])
-    train.main()
+    fit.main()
 
 
 @pytest.fixture(scope="module")
@@ -146,7 +146,7 @@ def test_ridge_module_of_a_layer_fits_that_layer(trained):
     _, manifests, root = trained
     shards = [read_shard(root / "data" / "train" / s["file"]) for s in manifests["train"]["shards"]]
     h, y = torch.cat([s["h"] for s in shards]).double(), torch.cat([s["y"] for s in shards]).double()
-    weight, bias = train.ridge_solve([(h[:, 1], y[:, 1])], 1.0, "layer 3")  # the shards' second row: decoder layer 3
+    weight, bias = fit.ridge_solve([(h[:, 1], y[:, 1])], 1.0, "layer 3")  # the shards' second row: decoder layer 3
     linear = Surrogate.from_pretrained(root / "surrogates" / "linear").layers[3]
     torch.testing.assert_close(linear.weight.double(), weight.T, rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(linear.bias.double(), bias, rtol=1e-4, atol=1e-5)

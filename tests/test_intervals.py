@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from kvzap import intervals
-from kvzap.surrogate import train
+from kvzap.training import fit
 
 
 def _wilson_by_inversion(k: int, n: int) -> tuple[float, float]:
@@ -62,11 +62,11 @@ def test_r2_resamples_whole_prompts(monkeypatch):
     y_pred = y_true + torch.randn(60, 2, 3, generator=gen)
     prompts = torch.arange(60) // 10  # 6 prompts of 10 pairs
     statistics = []
-    monkeypatch.setattr(train, "bootstrap", lambda statistic, n: statistics.append(statistic) or (0.0, 0.0))
-    train.r2_interval(y_true, y_pred, prompts)
+    monkeypatch.setattr(fit, "bootstrap", lambda statistic, n: statistics.append(statistic) or (0.0, 0.0))
+    fit.r2_interval(y_true, y_pred, prompts)
     for chosen in (np.arange(6), np.array([0, 0, 3, 5, 5, 5])):
         rows = torch.cat([torch.arange(p * 10, p * 10 + 10) for p in chosen])
-        expected = train.squared_pearson(y_true[rows], y_pred[rows]).mean().item()
+        expected = fit.squared_pearson(y_true[rows], y_pred[rows]).mean().item()
         assert statistics[0](chosen) == pytest.approx(expected, rel=1e-6)  # squared_pearson is float32
 
 

@@ -10,11 +10,10 @@ import pytest
 import torch
 
 from kvzap.ablations import kv_input
-from kvzap.oracle import collect
-from kvzap.oracle.collect import collect_split, sample_positions
 from kvzap.oracle.scores import build_repeat_prompt, oracle_scores
-from kvzap.oracle.shards import ShardRows, read_shard, write_shard
-from kvzap.surrogate import train
+from kvzap.training import collect, fit
+from kvzap.training.collect import collect_split, sample_positions
+from kvzap.training.shards import ShardRows, read_shard, write_shard
 from test_collect_train import RECORD, SETTINGS, _prompts
 from tiny_models import tiny_model, tiny_tokenizer
 
@@ -40,7 +39,7 @@ def _collect(folder, family="llama", n_prompts=3, store_kv=True, prompts=None):
 
 
 def _all_rows(folder):
-    loaded = [read_shard(path) for path in train.shards(folder)]
+    loaded = [read_shard(path) for path in fit.shards(folder)]
     return {name: torch.cat([shard[name] for shard in loaded]) for name in loaded[0]}
 
 
@@ -147,15 +146,15 @@ def test_shards_without_kv_train_as_before(tmp_path):
         assert torch.equal(plain[name], with_kv[name])
     cpu = torch.device("cpu")
     for a, b in zip(
-        train.fit_ridge(tmp_path / "plain", device=cpu).state_dict().values(),
-        train.fit_ridge(tmp_path / "kv", device=cpu).state_dict().values(),
+        fit.fit_ridge(tmp_path / "plain", device=cpu).state_dict().values(),
+        fit.fit_ridge(tmp_path / "kv", device=cpu).state_dict().values(),
     ):
         assert torch.equal(a, b)
-    kv_rows = ShardRows(train.shards(tmp_path / "kv"))
+    kv_rows = ShardRows(fit.shards(tmp_path / "kv"))
     kv_rows.verify()
     index = np.array([29, 0, 17])
     assert torch.equal(kv_rows.gather("kv", index), with_kv["kv"][torch.from_numpy(index)])
-    _, history = train.fit_mlp(tmp_path / "kv", tmp_path / "mlp", epochs=1, batch_size=8, hidden_dim=4, device=cpu)
+    _, history = fit.fit_mlp(tmp_path / "kv", tmp_path / "mlp", epochs=1, batch_size=8, hidden_dim=4, device=cpu)
     assert len(history) == 1 and np.isfinite(history[0]["valid_loss"])
 
 
@@ -173,7 +172,7 @@ def test_corrupted_kv_bytes_fail_the_checksum(tmp_path):
 
 def _synthetic_kv_split(folder, n, seed, layers=2, heads=3, kv_dim=8, shard=50):
     """Shards whose y[:, l, h] = kv[:, l, h] . w_lh - 7 + noise (w the same for every seed), written as
-    kvzap.oracle.collect --store-kv writes them."""
+    kvzap.training.collect --store-kv writes them."""
     w = torch.randn(layers, heads, kv_dim, generator=torch.Generator().manual_seed(1234))
     g = torch.Generator().manual_seed(seed)
     kv = torch.randn(n, layers, heads, kv_dim, generator=g) * 2 + 0.5
@@ -240,8 +239,8 @@ def test_entry_point_writes_both_rows(tmp_path, monkeypatch):
     assert result["model_id"] == "synthetic" and result["n_test_pairs"] == 40
     rows = {row["input"]: row for row in result["rows"]}
     assert list(rows) == ["h", "kv"]
-    h_model = train.fit_ridge(tmp_path / "data" / "train", alpha=2.5, device=torch.device("cpu"))
-    assert rows["h"]["r2"] == train.squared_pearson(*train.predict(h_model, tmp_path / "data" / "test")[:2]).tolist()
+    h_model = fit.fit_ridge(tmp_path / "data" / "train", alpha=2.5, device=torch.device("cpu"))
+    assert rows["h"]["r2"] == fit.squared_pearson(*fit.predict(h_model, tmp_path / "data" / "test")[:2]).tolist()
     for row in rows.values():
         assert np.array(row["r2"]).shape == (2, 3) and row["r2_mean"] == pytest.approx(np.mean(row["r2"]))
     # y is linear in kv and independent of h here: the kv ridge must win by far
@@ -264,4 +263,4 @@ def test_ridge_on_no_pairs_is_refused():
     from pathlib import Path
 
     with pytest.raises(ValueError, match=r"empty-split holds no oracle pairs.*rerun the oracle stage"):
-        train.ridge_solve(iter([]), 1.0, Path("empty-split"))
+        fit.ridge_solve(iter([]), 1.0, Path("empty-split"))

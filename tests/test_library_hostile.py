@@ -19,16 +19,11 @@ from transformers import DynamicCache
 
 from kvzap import publish
 from kvzap.plan import __main__ as plan_cli
-from kvzap.pruning import (
-    KVzapPress,
-    PrecomputedScorerPress,
-    TopKPerHeadPress,
-    TopKPerLayerPress,
-    calibration,
-    held_kv_bytes,
-)
+from kvzap.pruning import KVzapPress, PrecomputedScorerPress, TopKPerHeadPress, TopKPerLayerPress, held_kv_bytes
+from kvzap.pruning.calibration import ScoreSample, calibrate
 from kvzap.pruning.scorer_presses import SurrogateScorerPress
 from kvzap.surrogate.model import Surrogate
+from kvzap.training import calibrate as calibration_cli
 from test_publish import make_surrogate
 from tiny_models import tiny_model, tiny_tokenizer
 
@@ -384,7 +379,7 @@ def _texts(root: Path, content: bytes) -> Path:
 
 
 def test_calibration_cli_works(calib):
-    _cli(calibration.main, *_calibrate(calib, **{"--targets": ["0.3", "0.5"]}))
+    _cli(calibration_cli.main, *_calibrate(calib, **{"--targets": ["0.3", "0.5"]}))
     found = json.loads((calib / "tau.json").read_text())["thresholds"]
     assert [row["target"] for row in found] == [0.3, 0.5]
     assert all(abs(row["compression_ratio"] - row["target"]) < 0.05 for row in found)
@@ -415,12 +410,12 @@ def test_calibration_cli_stops_before_loading_the_model(calib, tmp_path, monkeyp
     def no_model(*args, **kwargs):
         raise AssertionError("the model was loaded before the arguments were checked")
 
-    monkeypatch.setattr(calibration, "load", no_model)
+    monkeypatch.setattr(calibration_cli, "load", no_model)
     if "texts" in changes:
         changes = {"--texts": _texts(tmp_path, changes["texts"])}
     if "model_json" in changes:
         changes = {"--model-json": _texts(tmp_path, changes["model_json"])}
-    assert message in _stops(calibration.main, *_calibrate(calib, **changes))
+    assert message in _stops(calibration_cli.main, *_calibrate(calib, **changes))
 
 
 @pytest.mark.parametrize(
@@ -431,13 +426,13 @@ def test_calibration_cli_stops_before_loading_the_model(calib, tmp_path, monkeyp
     ],
 )
 def test_calibration_cli_stops_when_the_texts_cannot_reach(calib, changes, message):
-    assert message in _stops(calibration.main, *_calibrate(calib, **changes))
+    assert message in _stops(calibration_cli.main, *_calibrate(calib, **changes))
 
 
 def test_calibrate_from_python_refuses_a_target_outside_the_range():
-    sample = calibration.ScoreSample([torch.randn(100)], 200)
+    sample = ScoreSample([torch.randn(100)], 200)
     with pytest.raises(ValueError, match=r"target ratio 1.5 must be a number in \[0, 1\)"):
-        calibration.calibrate([sample], [1.5])
+        calibrate([sample], [1.5])
 
 
 # ---- the publish CLI -----------------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ TOKEN = "hf_test_token_never_written"
 
 
 def make_surrogate(root: Path, kind: str, base_model: str = BASE) -> tuple[Path, Surrogate]:
-    """A trained-surrogate folder as kvzap.surrogate.train writes it (weights, config, metrics: R^2 per layer/head)."""
+    """A trained-surrogate folder as kvzap.training.fit writes it (weights, config, metrics: R^2 per layer/head)."""
     torch.manual_seed(0)
     folder = root / "surrogates" / kind
     model = Surrogate(input_dim=16, output_dim=2, n_modules=3, hidden_dim=None if kind == "linear" else 4)

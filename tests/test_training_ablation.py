@@ -6,11 +6,11 @@ import pytest
 import torch
 
 from kvzap.ablations import training_data
-from kvzap.oracle.shards import write_shard
 from kvzap.pruning import SurrogateScorerPress
 from kvzap.pruning.calibration import collect_scores
 from kvzap.report import aggregate, figures
 from kvzap.surrogate.model import Surrogate
+from kvzap.training.shards import write_shard
 from tiny_models import TEXT, tiny_model, tiny_tokenizer
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from kvzap.surrogate import train
+from kvzap.training import fit
 from test_collect_train import _synthetic_split
 
 KWARGS = dict(epochs=6, lr=5e-3, batch_size=64, hidden_dim=8, device=torch.device("cpu"))
@@ -16,7 +16,7 @@ KWARGS = dict(epochs=6, lr=5e-3, batch_size=64, hidden_dim=8, device=torch.devic
 
 def _killed_in_epoch(monkeypatch, n: int) -> None:
     """Interrupt training during epoch `n`, after epochs 1..n-1 were checkpointed."""
-    real = train._validation_loss
+    real = fit._validation_loss
     calls = []
 
     def validation(*args, **kwargs):
@@ -25,7 +25,7 @@ def _killed_in_epoch(monkeypatch, n: int) -> None:
             raise KeyboardInterrupt
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(train, "_validation_loss", validation)
+    monkeypatch.setattr(fit, "_validation_loss", validation)
 
 
 @pytest.mark.parametrize("change", [{"epochs": 2}, {"lr": 1e-3}, {"batch_size": 32}, {"hidden_dim": 4}, {"seed": 7}])
@@ -34,15 +34,15 @@ def test_resume_with_other_settings_restarts(tmp_path, monkeypatch, capsys, chan
     _synthetic_split(tmp_path / "train")
     _killed_in_epoch(monkeypatch, 4)
     with pytest.raises(KeyboardInterrupt):
-        train.fit_mlp(tmp_path / "train", tmp_path / "b", **KWARGS)
+        fit.fit_mlp(tmp_path / "train", tmp_path / "b", **KWARGS)
     monkeypatch.undo()
     changed = {**KWARGS, **change}
-    resumed, history = train.fit_mlp(tmp_path / "train", tmp_path / "b", **changed)
+    resumed, history = fit.fit_mlp(tmp_path / "train", tmp_path / "b", **changed)
     assert (
         f"Discarding {tmp_path / 'b' / 'checkpoint.safetensors'}: it was made with different {next(iter(change))}"
         in capsys.readouterr().out
     )
-    fresh, fresh_history = train.fit_mlp(tmp_path / "train", tmp_path / "c", **changed)
+    fresh, fresh_history = fit.fit_mlp(tmp_path / "train", tmp_path / "c", **changed)
     assert [h["epoch"] for h in history] == list(range(1, changed["epochs"] + 1))
     assert history == fresh_history
     for a, b in zip(fresh.state_dict().values(), resumed.state_dict().values()):
@@ -55,20 +55,20 @@ def test_resume_with_other_training_data_restarts(tmp_path, monkeypatch, capsys)
     _synthetic_split(tmp_path / "train")
     _killed_in_epoch(monkeypatch, 3)
     with pytest.raises(KeyboardInterrupt):
-        train.fit_mlp(tmp_path / "train", tmp_path / "b", **KWARGS)
+        fit.fit_mlp(tmp_path / "train", tmp_path / "b", **KWARGS)
     monkeypatch.undo()
     for path in (tmp_path / "train").iterdir():
         path.unlink()
     (tmp_path / "train").rmdir()
     _synthetic_split(tmp_path / "train", seed=1)  # recollected data, same shard names and sizes
-    resumed, history = train.fit_mlp(tmp_path / "train", tmp_path / "b", **KWARGS)
+    resumed, history = fit.fit_mlp(tmp_path / "train", tmp_path / "b", **KWARGS)
     assert "made with different data" in capsys.readouterr().out
-    fresh, fresh_history = train.fit_mlp(tmp_path / "train", tmp_path / "c", **KWARGS)
+    fresh, fresh_history = fit.fit_mlp(tmp_path / "train", tmp_path / "c", **KWARGS)
     assert history == fresh_history
 
 
 def test_each_epoch_shuffles_all_pairs_across_shards(tmp_path, monkeypatch):
-    from kvzap.oracle.shards import ShardRows
+    from kvzap.training.shards import ShardRows
 
     _synthetic_split(tmp_path / "train", n=600, shard=200)
     gathered, real_gather = [], ShardRows.gather
@@ -77,7 +77,7 @@ def test_each_epoch_shuffles_all_pairs_across_shards(tmp_path, monkeypatch):
         "gather",
         lambda self, name, index: gathered.append((name, np.array(index))) or real_gather(self, name, index),
     )
-    real_validation = train._validation_loss
+    real_validation = fit._validation_loss
 
     def epoch_end(*args, **kwargs):
         gathered.append(("epoch end", None))
@@ -86,8 +86,8 @@ def test_each_epoch_shuffles_all_pairs_across_shards(tmp_path, monkeypatch):
         del gathered[before:]
         return loss
 
-    monkeypatch.setattr(train, "_validation_loss", epoch_end)
-    train.fit_mlp(tmp_path / "train", tmp_path / "out", **{**KWARGS, "epochs": 2})
+    monkeypatch.setattr(fit, "_validation_loss", epoch_end)
+    fit.fit_mlp(tmp_path / "train", tmp_path / "out", **{**KWARGS, "epochs": 2})
 
     held_out = torch.randperm(600, generator=torch.Generator().manual_seed(42))[:30].numpy()  # seeded 5%
     training_pairs = np.setdiff1d(np.arange(600), held_out)
@@ -113,21 +113,21 @@ def _corrupt_tensor_bytes(path):
     path.write_bytes(bytes(raw))
 
 
-@pytest.mark.parametrize("fit", ["ridge", "mlp"])
-def test_corrupted_shard_stops_training(tmp_path, fit):
+@pytest.mark.parametrize("kind", ["ridge", "mlp"])
+def test_corrupted_shard_stops_training(tmp_path, kind):
     """The issue: random bytes in a shard's tensor data gave NaN surrogates and rc 0."""
     _synthetic_split(tmp_path / "train")
     _corrupt_tensor_bytes(tmp_path / "train" / "shard-00001.safetensors")
     with pytest.raises(ValueError, match=r"shard-00001.*Delete it and rerun the oracle stage"):
-        if fit == "ridge":
-            train.fit_ridge(tmp_path / "train", device=torch.device("cpu"))
+        if kind == "ridge":
+            fit.fit_ridge(tmp_path / "train", device=torch.device("cpu"))
         else:
-            train.fit_mlp(tmp_path / "train", tmp_path / "out", **KWARGS)
+            fit.fit_mlp(tmp_path / "train", tmp_path / "out", **KWARGS)
 
 
 def _split_with_a_non_finite_target(folder):
     """Shards that pass their checksum but hold an inf target (as an unguarded collection could write)."""
-    from kvzap.oracle.shards import read_shard, write_shard
+    from kvzap.training.shards import read_shard, write_shard
 
     _synthetic_split(folder)
     path = folder / "shard-00000.safetensors"
@@ -141,20 +141,20 @@ def _split_with_a_non_finite_target(folder):
 def test_ridge_refuses_a_non_finite_solution(tmp_path):
     _split_with_a_non_finite_target(tmp_path / "train")
     with pytest.raises(FloatingPointError, match="ridge solution .* is not finite"):
-        train.fit_ridge(tmp_path / "train", device=torch.device("cpu"))
+        fit.fit_ridge(tmp_path / "train", device=torch.device("cpu"))
 
 
 def test_mlp_stops_on_a_non_finite_loss(tmp_path):
     _split_with_a_non_finite_target(tmp_path / "train")
     with pytest.raises(FloatingPointError, match=r"diverged in epoch 1: the minibatch loss is (nan|inf)"):
-        train.fit_mlp(tmp_path / "train", tmp_path / "out", **KWARGS)
+        fit.fit_mlp(tmp_path / "train", tmp_path / "out", **KWARGS)
 
 
 def test_mlp_stops_on_non_finite_weights(tmp_path):
     """One minibatch per epoch: the loss before the step is finite, the weights after it are not."""
     _synthetic_split(tmp_path / "train")
     with pytest.raises(FloatingPointError, match="diverged in epoch 1: the weights are no longer finite"):
-        train.fit_mlp(tmp_path / "train", tmp_path / "out", **{**KWARGS, "lr": float("inf"), "batch_size": 1024})
+        fit.fit_mlp(tmp_path / "train", tmp_path / "out", **{**KWARGS, "lr": float("inf"), "batch_size": 1024})
     assert not (tmp_path / "out" / "checkpoint.safetensors").exists()
 
 
@@ -165,6 +165,6 @@ def test_checkpoint_without_recorded_settings_is_discarded(tmp_path, capsys):
     _synthetic_split(tmp_path / "train")
     (tmp_path / "out").mkdir()
     save_file({"model.layers.0.0.weight": torch.zeros(8, 12)}, str(tmp_path / "out" / "checkpoint.safetensors"))
-    _, history = train.fit_mlp(tmp_path / "train", tmp_path / "out", **{**KWARGS, "epochs": 1})
+    _, history = fit.fit_mlp(tmp_path / "train", tmp_path / "out", **{**KWARGS, "epochs": 1})
     assert "made with different kvzap version" in capsys.readouterr().out
     assert [h["epoch"] for h in history] == [1]

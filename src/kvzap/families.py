@@ -1,5 +1,5 @@
 """What a model family cannot serve, from its config alone (torch-free): the library's presses and oracle refuse it
-at entry, the planner (kvzap.plan.refusals) before any job, each with the same reason.
+at entry, the planner (kvzap.evaluation.refusals) before any job, each with the same reason.
 
 A config here is a plain dict: a Hub config.json, a known offline model's facts (kvzap.plan.model_configs), or a
 loaded model's `config.to_dict()`. A composite config (Gemma 3 with vision) is read through its text_config. Layer

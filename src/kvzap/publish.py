@@ -137,7 +137,7 @@ layer count, hidden size, KV head count and sliding-window layers when loaded.
 
 ## Training data
 
-Oracle KVzip+ scores computed with `{base_model}` by the kvzap pipeline (`kvzap.oracle.collect`):
+Oracle KVzip+ scores computed with `{base_model}` by the kvzap pipeline (`kvzap.training.collect`):
 {metrics.get("n_train_pairs")} training and {metrics.get("n_test_pairs")} held-out (hidden state, oracle score) pairs.
 Training settings: `{params}`.
 
@@ -199,7 +199,7 @@ def verified_metrics(surrogate_dir: Path) -> dict:
         metrics = json.loads((surrogate_dir / "metrics.json").read_text(encoding="utf-8"))
     except (ValueError, OSError) as err:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         raise SystemExit(f"{surrogate_dir}: {err}. Fix: retrain or re-save the surrogate.") from None
-    fix = f"Fix: retrain the surrogate ({surrogate_dir / 'metrics.json'} is what kvzap.surrogate.train writes)."
+    fix = f"Fix: retrain the surrogate ({surrogate_dir / 'metrics.json'} is what kvzap.training.fit writes)."
     if (
         not isinstance(metrics, dict)
         or metrics.get("kind") not in KINDS

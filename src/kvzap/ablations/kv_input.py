@@ -1,10 +1,10 @@
 """The paper's appendix ablation: a surrogate reading a token's cached (k, v) pair instead of its attention input h.
 
 Per (layer, KV head): ridge regression from [k_h; v_h] (2*head_dim inputs, the keys RoPE'd as cached) to that
-head's log KVzip+ score. Against it, KVzap-Linear exactly as kvzap.surrogate.train fits it (per layer, h -> every head),
+head's log KVzip+ score. Against it, KVzap-Linear exactly as kvzap.training.fit fits it (per layer, h -> every head),
 on the same train shards with the same alpha. Both are scored by squared Pearson per (layer, head) on the test
 split (the paper's Table 1 metric); the paper reports strictly lower R^2 for (k, v) [App. A].
-Needs oracle shards collected with `python -m kvzap.oracle.collect ... --store-kv`.
+Needs oracle shards collected with `python -m kvzap.training.collect ... --store-kv`.
 """
 
 from __future__ import annotations
@@ -17,21 +17,21 @@ import torch
 from tqdm import tqdm
 
 from kvzap.atomic import atomic_write_json
-from kvzap.oracle.shards import read_shard
 from kvzap.provenance import stamp
-from kvzap.surrogate import train
+from kvzap.training import fit
+from kvzap.training.shards import read_shard
 
 ROW_CHUNK = 2048  # rows per float64 batch: bounds memory at ROW_CHUNK * L * H * 2d * 8 bytes
 
 
 def _kv_batches(folder: Path, device: torch.device) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """(kv (L, H, n, 2d), y (L, H, n, 1)) float64 batches of every shard of `folder`, in shard order."""
-    for path in tqdm(train.shards(folder), desc=f"kv: {folder.name}"):
+    for path in tqdm(fit.shards(folder), desc=f"kv: {folder.name}"):
         shard = read_shard(path)
         if "kv" not in shard:
             raise ValueError(
                 f"{path} holds no keys/values (tensor 'kv'): collect the oracle data with "
-                "`python -m kvzap.oracle.collect ... --store-kv` to run the (k, v) ablation."
+                "`python -m kvzap.training.collect ... --store-kv` to run the (k, v) ablation."
             )
         for start in range(0, len(shard["y"]), ROW_CHUNK):
             rows = slice(start, start + ROW_CHUNK)
@@ -44,13 +44,13 @@ def fit_kv_ridge(
     folder: Path, alpha: float = 1.0, device: torch.device | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """One ridge per (layer, KV head) from [k; v] to its log score: weight (L, H, 2d), bias (L, H), float64."""
-    weight, bias = train.ridge_solve(_kv_batches(folder, device or train.device_default()), alpha, folder)
+    weight, bias = fit.ridge_solve(_kv_batches(folder, device or fit.device_default()), alpha, folder)
     return weight[..., 0], bias[..., 0]
 
 
 @torch.no_grad()
 def predict_kv(weight: torch.Tensor, bias: torch.Tensor, folder: Path) -> tuple[torch.Tensor, torch.Tensor]:
-    """(y_true, y_pred), both (N, L, H), over the shards of `folder` in order (as train.predict)."""
+    """(y_true, y_pred), both (N, L, H), over the shards of `folder` in order (as fit.predict)."""
     trues, preds = [], []
     for kv, y in _kv_batches(folder, weight.device):
         preds.append(((kv @ weight[..., None])[..., 0] + bias[..., None]).permute(2, 0, 1).cpu())
@@ -59,30 +59,30 @@ def predict_kv(weight: torch.Tensor, bias: torch.Tensor, folder: Path) -> tuple[
 
 
 def _row(name: str, y_true: torch.Tensor, y_pred: torch.Tensor, prompts: torch.Tensor) -> dict:
-    r2 = train.squared_pearson(y_true, y_pred)
+    r2 = fit.squared_pearson(y_true, y_pred)
     return {
         "input": name,
         "r2_mean": float(r2.mean()),
-        "r2_mean_ci": list(train.r2_interval(y_true, y_pred, prompts)),
+        "r2_mean_ci": list(fit.r2_interval(y_true, y_pred, prompts)),
         "r2": r2.tolist(),
     }
 
 
 def run(data: Path, alpha: float = 1.0, device: torch.device | None = None) -> dict:
     """Fit both surrogates on data/train, score them on data/test: the rows of kv_ablation.json."""
-    device = device or train.device_default()
-    linear = train.fit_ridge(data / "train", alpha, device)
-    h_true, h_pred, prompts = train.predict(linear, data / "test")
+    device = device or fit.device_default()
+    linear = fit.fit_ridge(data / "train", alpha, device)
+    h_true, h_pred, prompts = fit.predict(linear, data / "test")
     weight, bias = fit_kv_ridge(data / "train", alpha, device)
     kv_true, kv_pred = predict_kv(weight, bias, data / "test")  # the same pairs, in the same order
-    train_manifest = train.load_manifest(data / "train")
+    train_manifest = fit.load_manifest(data / "train")
     return {
         **stamp(
             {"alpha": alpha, "data": train_manifest["params_hash"]},
             {"model_id": train_manifest["model_id"], "revision": train_manifest["model_revision"]},
         ),
         "rows": [_row("h", h_true, h_pred, prompts), _row("kv", kv_true, kv_pred, prompts)],
-        "layers": train.data_layers(train_manifest),  # the decoder layer of each r2 row (a hybrid's scored ones)
+        "layers": fit.data_layers(train_manifest),  # the decoder layer of each r2 row (a hybrid's scored ones)
         "n_train_pairs": train_manifest["n_pairs"],
         "n_test_pairs": len(h_true),
     }

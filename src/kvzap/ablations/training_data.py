@@ -32,20 +32,20 @@ from kvzap.evaluation.job import greedy_summary
 from kvzap.evaluation.suites import benchmark_module
 from kvzap.layer_types import pruned_layers
 from kvzap.oracle.scores import build_repeat_prompt, oracle_scores
-from kvzap.oracle.shards import ShardRows
 from kvzap.prepare import models
 from kvzap.provenance import stamp
 from kvzap.pruning import KVzapPress, SurrogateScorerPress
 from kvzap.pruning.calibration import ScoreSample, mean_ratio, threshold_for
-from kvzap.surrogate import train
 from kvzap.surrogate.settings import KINDS
+from kvzap.training import fit
+from kvzap.training.shards import ShardRows
 from kvzap.window import WINDOW  # the protected recent tokens are never judged
 
 
 def source_pairs(folder: Path, subsets: list[str] | None) -> np.ndarray:
     """Global indices of the oracle pairs whose prompt comes from `subsets` (None: any), in collection order."""
-    manifest = train.load_manifest(folder)
-    prompt_of = ShardRows(train.shards(folder)).gather("prompt", np.arange(manifest["n_pairs"])).numpy()
+    manifest = fit.load_manifest(folder)
+    prompt_of = ShardRows(fit.shards(folder)).gather("prompt", np.arange(manifest["n_pairs"])).numpy()
     allowed = [i for i, subset in enumerate(manifest["prompt_subsets"]) if subsets is None or subset in subsets]
     return np.flatnonzero(np.isin(prompt_of, allowed))
 
@@ -118,11 +118,11 @@ def score_samples(surrogate, records: list[list[torch.Tensor]]) -> list[ScoreSam
     return samples
 
 
-def fit(kind: str, data: Path, pairs: np.ndarray, args, scratch: Path) -> tuple:
+def fit_kind(kind: str, data: Path, pairs: np.ndarray, args, scratch: Path) -> tuple:
     """(surrogate, the epoch whose weights it keeps: None for the ridge)."""
     if kind == "linear":
-        return train.fit_ridge(data / "train", args.alpha, pairs=pairs), None
-    model, history = train.fit_mlp(
+        return fit.fit_ridge(data / "train", args.alpha, pairs=pairs), None
+    model, history = fit.fit_mlp(
         data / "train", scratch, args.epochs, args.lr, args.batch_size, seed=args.seed, pairs=pairs
     )
     return model, min(history, key=lambda h: h["valid_loss"])["epoch"]
@@ -150,8 +150,8 @@ def run(args) -> dict:
         for kind in KINDS:
             torch.manual_seed(args.seed)
             with tempfile.TemporaryDirectory() as scratch:
-                surrogate, best_epoch = fit(kind, args.data, pairs, args, Path(scratch))
-            y_true, y_pred, prompts = train.predict(surrogate, args.data / "test")
+                surrogate, best_epoch = fit_kind(kind, args.data, pairs, args, Path(scratch))
+            y_true, y_pred, prompts = fit.predict(surrogate, args.data / "test")
             with torch.no_grad():
                 bench_pred = surrogate(bench_h)
             samples = score_samples(surrogate, records)
@@ -164,10 +164,10 @@ def run(args) -> dict:
                     "n_pairs": size,
                     "kind": kind,
                     "best_epoch": best_epoch,
-                    "r2_mean": float(train.squared_pearson(y_true, y_pred).mean()),
-                    "r2_mean_ci": list(train.r2_interval(y_true, y_pred, prompts)),
-                    "r2_benchmark": float(train.squared_pearson(bench_y, bench_pred).mean()),
-                    "r2_benchmark_ci": list(train.r2_interval(bench_y, bench_pred, bench_context)),
+                    "r2_mean": float(fit.squared_pearson(y_true, y_pred).mean()),
+                    "r2_mean_ci": list(fit.r2_interval(y_true, y_pred, prompts)),
+                    "r2_benchmark": float(fit.squared_pearson(bench_y, bench_pred).mean()),
+                    "r2_benchmark_ci": list(fit.r2_interval(bench_y, bench_pred, bench_context)),
                     "threshold": tau,
                     "calibrated_ratio": mean_ratio(samples, tau),
                     **result,
@@ -189,7 +189,7 @@ def run(args) -> dict:
                 },
                 flush=True,
             )
-    manifest = train.load_manifest(args.data / "train")
+    manifest = fit.load_manifest(args.data / "train")
     settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "out"}
     return {
         **stamp(

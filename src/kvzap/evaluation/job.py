@@ -21,12 +21,12 @@ from transformers import StoppingCriteria, StoppingCriteriaList, pipeline
 
 from kvzap import dtypes, families
 from kvzap.atomic import atomic_write_json
-from kvzap.evaluation import methods, presses
+from kvzap.evaluation import methods, presses, refusals
+from kvzap.evaluation.grouping import samples_per_decode
 from kvzap.evaluation.predictions import measured_means, write_predictions
 from kvzap.evaluation.prefill_cache import memory_after_prefill, prefill_cache
 from kvzap.evaluation.shared_prefill import run_greedy_shared
 from kvzap.evaluation.suites import BENCHMARKS, benchmark_module
-from kvzap.plan import refusals, sweep
 from kvzap.prepare import models
 from kvzap.provenance import stamp
 from kvzap.pruning.windowed_press import WindowedPress
@@ -274,7 +274,7 @@ def evaluate_subset(args, subset: str, cells, outs, model, tokenizer, built, ben
     sampled = bool(generation and generation.get("do_sample"))
     if shares_prefill(model, cells):
         decode_batch = args.decode_batch or len(built)
-        samples = sweep.samples_per_decode(args.batch_size, decode_batch, len(built))
+        samples = samples_per_decode(args.batch_size, decode_batch, len(built))
         outputs = run_greedy_shared(model, tokenizer, rows, built, decode_batch, samples)
     elif sampled:
         outputs = [run_sampling(model, tokenizer, rows, built[0], generation, args.seed, args.batch_size)]

@@ -18,8 +18,8 @@ from contextlib import contextmanager
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
+from kvzap.introspection import attention_modules
 from kvzap.layer_types import pruned_layers
-from kvzap.oracle.attention import attention_modules
 from kvzap.pruning import held_kv_bytes
 from kvzap.pruning.windowed_press import WindowedPress
 

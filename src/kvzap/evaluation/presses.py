@@ -21,8 +21,8 @@ from transformers import AutoTokenizer
 
 from kvzap import families
 from kvzap.evaluation import duo_patterns, methods
+from kvzap.introspection import attention_modules
 from kvzap.layer_types import layer_types, pruned_layers, skipped_layers
-from kvzap.oracle.attention import attention_modules
 from kvzap.pruning import KVzapPress, TopKPerHeadPress, TopKPerLayerPress
 
 

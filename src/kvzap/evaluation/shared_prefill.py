@@ -32,8 +32,8 @@ from tqdm import tqdm
 from transformers import DynamicCache, pipeline
 from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 
+from kvzap.introspection import attention_modules
 from kvzap.layer_types import skipped_layers
-from kvzap.oracle.scores import attention_modules
 from kvzap.pruning.attention import use_kvzap_attention
 from kvzap.pruning.cache import JudgedLayer, PrunedLayer
 

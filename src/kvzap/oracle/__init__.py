@@ -1,1 +1,1 @@
-"""Stage 2, oracle data: KVzip / KVzip+ scores of every context token, streamed to checksummed shards."""
+"""KVzip / KVzip+ oracle scores of a context, from the attention the model computes (library)."""

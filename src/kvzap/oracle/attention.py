@@ -7,7 +7,7 @@ needs no per-family code. The function computes the output with the attention im
 loaded with (same masks, same kernel), so the forward and every later layer run exactly as without the oracle.
 
 A forward pre-hook on each attention module keeps its input h (for ||h_j|| and the surrogate's inputs); W_O
-per query head is read from the module's output projection, found by name.
+per query head is read from the module's output projection, found by name (kvzap.introspection).
 
 Hybrid models (Gemma 2/3, gpt-oss, Cohere 2, OLMo 3, Ministral, EXAONE 4...): their sliding-window (and chunked)
 layers keep their own bounded cache, so KVzap never scores, trains or prunes them (kvzap.layer_types); the scorer
@@ -28,40 +28,27 @@ from transformers import AttentionInterface, PreTrainedModel
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-from kvzap import families
+from kvzap import families, introspection
 from kvzap.layer_types import pruned_layers
 
-ATTENTION_NAMES = ("self_attn", "attention", "self_attention", "attn")  # a decoder layer's attention submodule
-OUTPUT_NAMES = ("o_proj", "dense", "out_proj", "c_proj", "wo")  # an attention module's output projection
 PREFIX = "kvzap_oracle_"  # + the implementation that computes the output, e.g. kvzap_oracle_sdpa
 
 _ACTIVE: ContextVar[LayerScorer | None] = ContextVar("kvzap_oracle_scorer", default=None)
 
 
-def decoder(model: PreTrainedModel) -> nn.Module:
-    """The decoder stack (no LM head): the repeated copy's logits are never needed."""
-    base = model.base_model
-    return getattr(base, "language_model", base)
-
-
-def _attention_of(layer: nn.Module) -> nn.Module | None:
-    for name in ATTENTION_NAMES:
-        module = getattr(layer, name, None)
-        if isinstance(module, nn.Module):
-            return module
-    return None
-
-
-def attention_modules(model: PreTrainedModel) -> list[nn.Module]:
-    """The attention module of each decoder layer (self_attn, or GPT-NeoX's attention, ...)."""
-    modules = [_attention_of(layer) for layer in decoder(model).layers]
-    if any(m is None for m in modules):
-        raise NotImplementedError(_refusal(model, "some decoder layers have no attention module"))
-    return modules
-
-
 def _refusal(model: PreTrainedModel, reason: str) -> str:
     return f"The KVzap oracle cannot score {model.config.model_type} models: {reason}."
+
+
+def _modules_and_projections(
+    model: PreTrainedModel, layers: list[int]
+) -> tuple[list[nn.Module], dict[int, torch.Tensor]]:
+    """Every layer's attention module and the scored layers' W_O, or the oracle's refusal naming what is missing."""
+    try:
+        modules = introspection.attention_modules(model)
+        return modules, {i: introspection.output_projection(modules[i]) for i in layers}
+    except NotImplementedError as err:
+        raise NotImplementedError(_refusal(model, str(err))) from None
 
 
 def check_family(model: PreTrainedModel) -> None:
@@ -73,22 +60,9 @@ def check_family(model: PreTrainedModel) -> None:
         reason = families.ALL_SLIDING
     if reason:
         raise NotImplementedError(_refusal(model, reason))
-    modules = attention_modules(model)
-    for i in layers:
-        output_projection(model, modules[i])
+    _modules_and_projections(model, layers)
     if not model._can_set_attn_implementation():
         raise NotImplementedError(_refusal(model, "its attention does not go through transformers' AttentionInterface"))
-
-
-def output_projection(model: PreTrainedModel, module: nn.Module) -> torch.Tensor:
-    """W_O (D, H_q * d_v) of an attention module: query head h owns columns [h d_v, (h + 1) d_v)."""
-    for name in OUTPUT_NAMES:
-        linear = getattr(module, name, None)
-        if isinstance(linear, nn.Linear):
-            return linear.weight
-    raise NotImplementedError(
-        _refusal(model, f"{type(module).__name__} has no output projection named one of {', '.join(OUTPUT_NAMES)}")
-    )
 
 
 class LayerScorer:
@@ -99,9 +73,8 @@ class LayerScorer:
 
     def __init__(self, model: PreTrainedModel, context: slice, query_chunk: int, keep_positions, keep_kv: bool):
         self.layers = pruned_layers(model.config)
-        every = attention_modules(model)
+        every, self.w_o = _modules_and_projections(model, self.layers)
         self.index = {every[i]: i for i in self.layers}  # the modules the hooks and the attention function watch
-        self.w_o = {i: output_projection(model, every[i]) for i in self.layers}
         self.query_chunk, self.keep_positions, self.keep_kv = query_chunk, keep_positions, keep_kv
         self.context_start, self.n_ctx = context.start, context.stop - context.start
         self.scored: slice | None = None

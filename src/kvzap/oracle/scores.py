@@ -45,16 +45,16 @@ from dataclasses import dataclass
 import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
-from kvzap.oracle.attention import LayerScorer, attention_modules, check_family, decoder, scoring
+from kvzap.introspection import decoder
+from kvzap.oracle.attention import LayerScorer, check_family, scoring
 
-__all__ = [  # attention_modules is kvzap.oracle.attention's, public here too
+__all__ = [
     "CHUNK_TOKENS",
     "CONTINUE_INSTRUCTION",
     "CUE_TOKENS",
     "REPEAT_INSTRUCTION",
     "OracleScores",
     "RepeatPrompt",
-    "attention_modules",
     "build_repeat_prompt",
     "oracle_scores",
     "repeat_chunks",

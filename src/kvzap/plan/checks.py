@@ -8,16 +8,15 @@ import re
 from pathlib import Path, PurePosixPath
 
 from kvzap import families
-from kvzap.evaluation import duo_patterns, methods
+from kvzap.evaluation import duo_patterns, methods, refusals
 from kvzap.evaluation.suites import catalog
-from kvzap.oracle import corpus
-from kvzap.plan import refusals
 from kvzap.plan.errors import fail
 from kvzap.plan.model_configs import model_config
 from kvzap.plan.sweep import cells, value_label
 from kvzap.prepare.assets import OFFLINE_CORPORA, OFFLINE_MODELS, OFFLINE_PACKAGES
 from kvzap.report.outputs import FIGURES, METRICS
 from kvzap.surrogate.settings import KINDS
+from kvzap.training import corpus
 
 SAFE_NAME = re.compile(r"^(?!\.{1,2}$)[A-Za-z0-9][A-Za-z0-9._-]*$")  # a path component: no '/', no '..'
 

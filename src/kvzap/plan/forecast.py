@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kvzap.evaluation import methods
+from kvzap.evaluation.grouping import samples_per_decode
 from kvzap.evaluation.suites import catalog
-from kvzap.plan.sweep import eval_jobs, samples_per_decode
+from kvzap.plan.sweep import eval_jobs
 
 THROUGHPUT = {
     # benchmarks/h200/gpu_decode_8k_bfloat16.json: the full cache prefills 8,192 tokens in 0.325 s

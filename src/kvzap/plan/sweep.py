@@ -84,9 +84,3 @@ def eval_jobs(config: dict) -> list[EvalJob]:
                         jobs.append(EvalJob(model, name, None, ((method, value),)))
             jobs += [EvalJob(model, name, PREFILL_GROUP, tuple(shared))] if shared else []
     return jobs
-
-
-def samples_per_decode(batch_size: int, decode_batch: int, cells: int) -> int:
-    """Samples a prefill group decodes together: evaluation.batch_size counts rows (samples x the cells decoded at
-    once, at most decode_batch), and a decode holds at least one sample."""
-    return max(1, batch_size // min(decode_batch, cells))

@@ -45,7 +45,7 @@ query heads read only that row's kept entries, so memory and time follow the kep
 
 Threshold calibration (prefill ratios; one forward per text), from Python with
 `kvzap.pruning.calibration.calibrate(collect_scores(model, ids, scorer), targets)` or from the shell:
-    python -m kvzap.pruning.calibration --model-json M --surrogate S --texts t.json --targets 0.5 0.67 --out tau.json
+    python -m kvzap.training.calibrate --model-json M --surrogate S --texts t.json --targets 0.5 0.67 --out tau.json
 """
 
 from kvzap.pruning.cache import MaskedLayer, PrunedLayer, held_kv_bytes

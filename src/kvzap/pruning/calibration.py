@@ -8,20 +8,13 @@ counts it). Ratios are averaged over texts; per-prompt ratios vary (paper Fig. 5
 
 from __future__ import annotations
 
-import argparse
-import json
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import ClassVar
 
 import torch
 from transformers import DynamicCache
 
-from kvzap.atomic import atomic_write_json
-from kvzap.prepare.models import load
-from kvzap.pruning.scorer_presses import SurrogateScorerPress
 from kvzap.pruning.windowed_press import WindowedPress
-from kvzap.surrogate.model import Surrogate
 from kvzap.window import WINDOW
 
 
@@ -109,66 +102,3 @@ def calibrate(samples: list[ScoreSample], targets: list[float], curve_points: in
     taus = {t: threshold_for(samples, t) for t in targets}
     found = [{"target": t, "threshold": tau, "compression_ratio": mean_ratio(samples, tau)} for t, tau in taus.items()]
     return {"thresholds": found, "curve": [{"threshold": t, "compression_ratio": mean_ratio(samples, t)} for t in grid]}
-
-
-def read_texts(path: Path) -> list[str]:
-    """The --texts file: a non-empty JSON list of non-empty strings, checked before the model loads."""
-    try:
-        texts = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise SystemExit(
-            f"--texts {path}: not a readable JSON text file ({err}). Fix: pass a JSON list of texts."
-        ) from None
-    if not isinstance(texts, list) or not texts or not all(isinstance(t, str) and t.strip() for t in texts):
-        raise SystemExit(f'--texts {path}: a non-empty JSON list of non-empty strings is needed, e.g. ["text", ...].')
-    return texts
-
-
-def check_args(args) -> None:
-    """Everything that can be checked without the model, so a bad argument stops before any forward."""
-    for target in args.targets:
-        if not 0 <= target < 1:
-            raise SystemExit(f"--targets {target}: a target is a fraction removed in [0, 1), e.g. 0.5 0.67 0.75.")
-    if args.window < 0 or args.max_tokens < 1:
-        raise SystemExit(f"--window {args.window} --max-tokens {args.max_tokens}: need window >= 0, max-tokens >= 1.")
-    try:
-        record = json.loads(Path(args.model_json).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise SystemExit(
-            f"--model-json {args.model_json}: not readable JSON ({err}). Fix: run the prepare stage."
-        ) from None
-    if not isinstance(record, dict) or not isinstance(record.get("path"), str):
-        raise SystemExit(f"--model-json {args.model_json}: not a model.json (no path). Fix: run the prepare stage.")
-    if args.out.is_dir():
-        raise SystemExit(f"--out {args.out} is a folder: name the JSON file to write, e.g. {args.out / 'tau.json'}.")
-
-
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model-json", required=True, help="model.json written by `python -m kvzap.prepare.models`")
-    parser.add_argument("--surrogate", required=True, help="surrogate folder or Hub id")
-    parser.add_argument("--texts", type=Path, required=True, help="JSON list of calibration texts")
-    parser.add_argument("--targets", type=float, nargs="+", default=[0.5, 0.67, 0.75])
-    parser.add_argument("--window", type=int, default=WINDOW)
-    parser.add_argument("--max-tokens", type=int, default=4096)
-    parser.add_argument("--out", type=Path, required=True)
-    args = parser.parse_args(argv)
-    check_args(args)
-    texts = read_texts(args.texts)
-    try:
-        scorer = SurrogateScorerPress(surrogate=Surrogate.from_pretrained(args.surrogate))
-    except (OSError, ValueError, TypeError) as err:
-        raise SystemExit(f"--surrogate {args.surrogate}: {err}") from None
-    model, tokenizer = load(args.model_json)
-    ids = [tokenizer(t, return_tensors="pt").input_ids[:, : args.max_tokens] for t in texts]
-    try:
-        result = calibrate(collect_scores(model, ids, scorer, args.window), args.targets)
-    except ValueError as err:
-        raise SystemExit(str(err)) from None
-    atomic_write_json(args.out, result)
-    for row in result["thresholds"]:
-        print(f"target {row['target']:.2f}: threshold {row['threshold']:.4f} -> ratio {row['compression_ratio']:.4f}")
-
-
-if __name__ == "__main__":
-    main()

@@ -17,23 +17,19 @@ from contextlib import contextmanager
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
+from kvzap.introspection import decoder
+
 
 def check_chunk(chunk) -> None:
     if chunk is not None and (isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1):
         raise ValueError(f"prefill_chunk must be None or an integer >= 1 (tokens per prefill chunk), got {chunk!r}")
 
 
-def base_model(model: PreTrainedModel):
-    """The decoder stack a CausalLM wraps (kvpress's pipeline calls it directly for the context)."""
-    inner = model.model
-    return inner.language_model if hasattr(inner, "language_model") else inner
-
-
 @contextmanager
 def chunked_prefill(model: PreTrainedModel, chunk: int, judging: Callable[[bool], None]) -> Iterator[None]:
     """While active, a prefill (empty cache) longer than `chunk` runs chunk by chunk; `judging(True)` is called
     before the chunks and `judging(False)` after them, so the press knows to judge chunks 2.. as well."""
-    base = base_model(model)
+    base = decoder(model)  # kvpress's pipeline calls the decoder directly for the context
     forward = base.forward
     signature = inspect.signature(forward)
     extra = next((p.name for p in signature.parameters.values() if p.kind is p.VAR_KEYWORD), None)

@@ -17,18 +17,18 @@ from dataclasses import dataclass
 from kvpress.presses.base_press import BasePress
 from transformers import PreTrainedModel
 
-from kvzap.pruning.chunked import base_model
+from kvzap.introspection import decoder
 
 
 def press_hooked_modules(model: PreTrainedModel) -> list:
     """The attention module of each decoder layer that kvpress hooks (`self_attn`); the oracle finds its modules
-    generically (kvzap.oracle.attention.attention_modules)."""
-    return [layer.self_attn for layer in base_model(model).layers]
+    under any of their names (kvzap.introspection.attention_modules)."""
+    return [layer.self_attn for layer in decoder(model).layers]
 
 
 def _layers(model):
     try:
-        return base_model(model).layers
+        return decoder(model).layers
     except AttributeError:
         return None
 

@@ -1,1 +1,1 @@
-"""Stage 3, surrogates: KVzap-Linear and KVzap-MLP, trained on the oracle shards, loaded like models."""
+"""KVzap-Linear and KVzap-MLP surrogates: the model, its checkpoints and their loading (library)."""

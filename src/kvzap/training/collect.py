@@ -6,7 +6,7 @@ Layout of `out_dir` (one folder per split):
     shard-00000.safetensors        h (N, L, D) in the model's dtype, y (N, L, H) float32 (L: the scored layers),
     ...                            prompt (N,) int64 = prompt index in the split; with --store-kv also
                                    kv (N, L, H, 2*head_dim) = [key; value] as cached, in the model's dtype;
-                                   format and checksum: kvzap.oracle.shards
+                                   format and checksum: kvzap.training.shards
     manifest.json                  written last: settings, dims, each prompt's source subset, per-shard counts
                                    and sha256; its presence = complete
 RAM holds at most one shard; a killed run resumes after the last complete shard (shards are written
@@ -32,11 +32,11 @@ from tqdm import tqdm
 from kvzap import dtypes
 from kvzap.atomic import atomic_write_json
 from kvzap.layer_types import pruned_layers, skipped_layers
-from kvzap.oracle import corpus
 from kvzap.oracle.scores import build_repeat_prompt, oracle_scores
-from kvzap.oracle.shards import shard_record, write_shard
 from kvzap.prepare import models
 from kvzap.provenance import stamp
+from kvzap.training import corpus
+from kvzap.training.shards import shard_record, write_shard
 
 SHARD_GLOB = "shard-*.safetensors"
 

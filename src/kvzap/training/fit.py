@@ -9,7 +9,7 @@ validation epoch kept (early stopping). Each epoch shuffles all pairs globally; 
 gathered from memory-mapped shards, so memory stays bounded. It checkpoints every epoch; a resume
 continues only a run with identical settings and training data (else it restarts from epoch 0), and
 equals an unbroken run. A non-finite loss, weight or ridge solution stops training with an error.
-Shard checksums are verified before fitting (kvzap.oracle.shards).
+Shard checksums are verified before fitting (kvzap.training.shards).
 Fit quality: squared Pearson correlation per (layer, head) on the test prompts (the paper's Table 1), its mean
 with a 95 % bootstrap interval over test prompts.
 Hybrid models: the oracle data holds the full-attention layers only (its manifest's "layers"); both surrogates fit
@@ -35,10 +35,10 @@ from tqdm import tqdm
 
 from kvzap.atomic import atomic_path, atomic_write_json
 from kvzap.intervals import bootstrap
-from kvzap.oracle.shards import ShardRows, read_shard
 from kvzap.provenance import stamp
 from kvzap.surrogate.model import Surrogate
 from kvzap.surrogate.settings import KINDS, TRAINING_KEYS
+from kvzap.training.shards import ShardRows, read_shard
 
 
 def load_manifest(folder: Path) -> dict:
@@ -70,7 +70,7 @@ def _check_shapes(model: Surrogate, held: tuple[int, int, int], folder: Path) ->
     if tuple(held) != expected:
         raise ValueError(
             f"The shards of {folder} hold (layers, hidden size, kv heads) = {tuple(held)}, but its manifest says "
-            f"{expected}: rerun the oracle stage (kvzap.oracle.collect)."
+            f"{expected}: rerun the oracle stage (kvzap.training.collect)."
         )
 
 
@@ -98,7 +98,7 @@ def ridge_solve(
         n += x.shape[-2]
     if n == 0:
         raise ValueError(
-            f"{source} holds no oracle pairs to fit a ridge on: rerun the oracle stage (kvzap.oracle.collect)."
+            f"{source} holds no oracle pairs to fit a ridge on: rerun the oracle stage (kvzap.training.collect)."
         )
     mean_x, mean_y = sx / n, sy / n
     # Centre the sums: X_c^T X_c = Sxx - n mx mx^T, X_c^T y_c = Sxy - n mx my^T (the intercept is not penalised).
@@ -112,7 +112,7 @@ def ridge_solve(
     if not (torch.isfinite(weight).all() and torch.isfinite(bias).all()):
         raise FloatingPointError(
             f"The ridge solution for {source} is not finite: the oracle pairs hold NaN/inf or "
-            "overflow float64. Rerun the oracle stage (kvzap.oracle.collect) for this model."
+            "overflow float64. Rerun the oracle stage (kvzap.training.collect) for this model."
         )
     return weight, bias
 

@@ -25,7 +25,7 @@ from safetensors.torch import load_file, save_file
 from kvzap.atomic import atomic_path
 
 TENSOR_NAMES = {"h", "y", "prompt"}  # every shard holds these
-OPTIONAL_TENSOR_NAMES = {"kv"}  # written by `kvzap.oracle.collect --store-kv` only
+OPTIONAL_TENSOR_NAMES = {"kv"}  # written by `kvzap.training.collect --store-kv` only
 # safetensors dtype -> (numpy storage dtype, torch dtype); bf16 has no numpy dtype: stored as int16, reinterpreted
 DTYPES = {
     "BF16": (np.int16, torch.bfloat16),
@@ -38,7 +38,7 @@ DTYPES = {
 
 def _corrupt(path: Path, problem: str) -> ValueError:
     return ValueError(
-        f"Corrupt oracle shard {path}: {problem}. Delete it and rerun the oracle stage (kvzap.oracle.collect)."
+        f"Corrupt oracle shard {path}: {problem}. Delete it and rerun the oracle stage (kvzap.training.collect)."
     )
 
 
