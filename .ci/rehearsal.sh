@@ -23,10 +23,10 @@ rm -rf results/rehearsal
 KNOWN_FAILURES=${KVZAP_KNOWN_FAILURES:-}
 
 if [[ ${1:-} == --local ]]; then
-  run() { snakemake all --cores 2 --keep-going --configfile config/rehearsal.yaml "$@"; }
+  run() { snakemake all --cores 2 --keep-going --configfile config/paper.yaml config/rehearsal.yaml "$@"; }
 else
   run() {
-    snakemake all --profile slurm --keep-going --configfile config/rehearsal.yaml "$@" --slurm-init-seconds-before-status-checks 2 \
+    snakemake all --profile slurm --keep-going --configfile config/paper.yaml config/rehearsal.yaml "$@" --slurm-init-seconds-before-status-checks 2 \
       --latency-wait 5 --retries 0
   }
 fi
@@ -62,9 +62,9 @@ EOF_PY
 python - <<'EOF_PY' || fail "missing outputs"
 import sys
 from pathlib import Path
-import yaml
+from kvzap.plan import overlays
 from kvzap.report.outputs import TABLES
-config = yaml.safe_load(Path("config/rehearsal.yaml").read_text())
+config = overlays.load([Path("config/paper.yaml"), Path("config/rehearsal.yaml")])
 root = Path(config["results"])
 expected = [root / "tables" / f"{name}.csv" for name in TABLES]
 expected += [root / "tables" / f for f in ("results.md", "provenance.json")]

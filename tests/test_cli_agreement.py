@@ -7,19 +7,22 @@ import shlex
 from pathlib import Path
 
 import pytest
-import yaml
 from snakemake.utils import validate as fill_defaults
 
 from kvzap.evaluation import job
-from kvzap.plan import commands, schema, sweep
+from kvzap.plan import commands, overlays, schema, sweep
 from kvzap.surrogate import settings
 from kvzap.training import collect, fit
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
+OVERLAYS = {"rehearsal.yaml": "paper.yaml"}  # an overlay and the config it is merged on
+
+
 def planned(name: str) -> dict:
-    config = yaml.safe_load((ROOT / "config" / name).read_text())
+    files = [ROOT / "config" / OVERLAYS[name]] if name in OVERLAYS else []
+    config = overlays.load([*files, ROOT / "config" / name])
     fill_defaults(config, str(schema.SCHEMA))
     return config
 

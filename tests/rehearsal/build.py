@@ -3,7 +3,8 @@ Q-Filters and DuoAttention assets, and a few rows of every dataset the paper con
 
     python -m tests.rehearsal.build --cache <folder>
     HF_HUB_CACHE=<folder> HF_DATASETS_CACHE=<folder>/datasets HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 \
-    KVZAP_DUO_PATTERNS=<folder>/duo-attention-patterns snakemake all --configfile config/rehearsal.yaml
+    KVZAP_DUO_PATTERNS=<folder>/duo-attention-patterns \
+    snakemake all --configfile config/paper.yaml config/rehearsal.yaml
 """
 
 from __future__ import annotations
@@ -11,9 +12,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-import yaml
 from tests.rehearsal import hub_datasets, hub_models
 from transformers import AutoTokenizer
+
+from kvzap.plan import overlays
 
 ROOT = Path(__file__).resolve().parents[2]
 # RULER rows shorter than their folder's name, so that ~60 jobs of 13 prompts each run on 2 CPU cores. 1024 is about
@@ -28,11 +30,12 @@ def main() -> None:
     parser.add_argument(
         "--config",
         type=Path,
-        default=ROOT / "config" / "rehearsal.yaml",
-        help="sizes the Nemotron rows to its oracle token window",
+        nargs="+",
+        default=[ROOT / "config" / "paper.yaml", ROOT / "config" / "rehearsal.yaml"],
+        help="the config and its overlays: sizes the Nemotron rows to its oracle token window",
     )
     args = parser.parse_args()
-    oracle = yaml.safe_load(args.config.read_text())["oracle"]
+    oracle = overlays.load(args.config)["oracle"]
     args.cache.mkdir(parents=True, exist_ok=True)
     hub_models.build(args.cache)  # the DuoAttention mirror lands in <cache>/duo-attention-patterns
     tokenizer = AutoTokenizer.from_pretrained(ROOT / ".cache" / "tokenizers" / "llama3_1")  # RULER's Hub data used it

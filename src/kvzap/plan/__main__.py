@@ -1,13 +1,12 @@
-"""`python -m kvzap.plan CONFIG`: the start-up checks of a run, without Snakemake's YAML loader (which names no line
-for a syntax error); with --forecast, what the run will cost (kvzap.plan.forecast)."""
+"""`python -m kvzap.plan CONFIG [OVERLAY ...]`: the start-up checks of a run, without Snakemake's YAML loader (which
+names no line for a syntax error); with --forecast, what the run will cost (kvzap.plan.forecast)."""
 
 import argparse
 from pathlib import Path
 
-import yaml
 from snakemake.utils import validate as fill_defaults
 
-from kvzap.plan import forecast
+from kvzap.plan import forecast, overlays
 from kvzap.plan.checks import check
 from kvzap.plan.errors import ConfigError
 from kvzap.plan.schema import SCHEMA, validate
@@ -16,28 +15,23 @@ from kvzap.plan.sweep import cells
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Check a kvzap config as a run would, before any job.")
-    parser.add_argument("config", type=Path)
+    parser.add_argument("config", type=Path, nargs="+", help="a config and the overlays merged on it, as --configfile")
     parser.add_argument("--forecast", action="store_true", help="print jobs, tokens and GPU-hours per stage and model")
     parser.add_argument("--throughput", type=Path, default=None, help="JSON replacing forecast throughput defaults")
     args = parser.parse_args(argv)
     if args.throughput is not None and not args.forecast:
         raise SystemExit(f"--throughput {args.throughput} is read by the forecast only: add --forecast.")
     try:
-        with args.config.open(encoding="utf-8") as stream:
-            config = yaml.safe_load(stream)
-    except (OSError, UnicodeDecodeError) as err:
-        raise SystemExit(
-            f"Configuration file {args.config}: not a readable text file ({err}). Fix: pass a YAML file."
-        ) from None
-    except yaml.YAMLError as err:
-        raise SystemExit(f"Invalid configuration file {args.config}: {err}") from None
+        config = overlays.load(args.config)
+    except ValueError as err:
+        raise SystemExit(str(err)) from None
     try:
         validate(config)
         fill_defaults(config, str(SCHEMA))
         check(config)
     except ConfigError as err:
         raise SystemExit(str(err)) from None
-    print(f"{args.config}: valid, {len(cells(config))} evaluation cells")
+    print(f"{' + '.join(map(str, args.config))}: valid, {len(cells(config))} evaluation cells")
     if args.forecast:
         from tabulate import tabulate
 

@@ -1,0 +1,30 @@
+"""A config and the overlays on it, merged as `snakemake --configfile BASE OVERLAY ...` merges them (key by key,
+Snakemake's own function), so every reader of a run's config sees what the run sees."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+from snakemake.utils import update_config
+
+
+def load(paths: list[Path]) -> dict:
+    """The merged config of `paths` (the first is the base); a file that cannot be read as a YAML mapping is a
+    ValueError naming it."""
+    config: dict = {}
+    for path in paths:
+        try:
+            layer = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError) as err:
+            raise ValueError(
+                f"Configuration file {path}: not a readable text file ({err}). Fix: pass a YAML file."
+            ) from None
+        except yaml.YAMLError as err:
+            raise ValueError(f"Invalid configuration file {path}: {err}") from None
+        if not isinstance(layer, dict):
+            raise ValueError(
+                f"Configuration file {path}: a config is a YAML mapping of keys to values, got {type(layer).__name__}."
+            )
+        update_config(config, layer)
+    return config
