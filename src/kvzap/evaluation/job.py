@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 from contextlib import nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -194,6 +195,18 @@ def parse_cell(token: str) -> tuple[str, float | None]:
         ) from None
 
 
+@dataclass
+class Loaded:
+    """What a job sets up once and every subset reuses: its cells, their presses, the model and the benchmark."""
+
+    cells: list[tuple[str, float | None]]
+    built: list
+    model: object
+    tokenizer: object
+    bench: object  # the benchmark's suite module (load, score, GENERATION)
+    generation: dict | None  # the sampling benchmark's generation settings, with --rollouts applied
+
+
 def evaluate(args) -> list[dict]:
     """Every cell and subset of one job (one cell, or a prefill group sharing one prefill per sample), the model
     loaded once.
@@ -228,13 +241,12 @@ def evaluate(args) -> list[dict]:
     check_family(model, args.model_name, [method for method, _ in cells])
     decoding = bool(generation and generation.get("decoding_compression"))
     built = [presses.build(method, value, surrogates, decoding=decoding) for method, value in cells]
+    loaded = Loaded(cells, built, model, tokenizer, bench, generation)
     folders = iter(args.out)
     outs = [[next(folders) for _ in args.subsets] for _ in cells]  # cell by cell
     results = []
     for i, subset in enumerate(args.subsets):
-        results += evaluate_subset(
-            args, subset, cells, [o[i] for o in outs], model, tokenizer, built, bench, generation
-        )
+        results += evaluate_subset(args, loaded, subset, [o[i] for o in outs])
     return results
 
 
@@ -256,10 +268,10 @@ def shares_prefill(model, cells) -> bool:
     return len(cells) > 1 and families.pruned_attention_reason(model.config.to_dict()) is None
 
 
-def evaluate_subset(args, subset: str, cells, outs, model, tokenizer, built, bench, generation) -> list[dict]:
+def evaluate_subset(args, loaded: Loaded, subset: str, outs: list[Path]) -> list[dict]:
     torch.manual_seed(args.seed)
     options = {"tasks": args.tasks} if args.tasks else {}
-    rows = bench.load(args.source, subset, tokenizer, args.n_samples, args.seed, **options)
+    rows = loaded.bench.load(args.source, subset, loaded.tokenizer, args.n_samples, args.seed, **options)
     rows = rows.iloc[args.shard :: args.n_shards].reset_index(drop=True)  # this job's share of a long cell
     if rows.empty:
         raise SystemExit(
@@ -268,30 +280,37 @@ def evaluate_subset(args, subset: str, cells, outs, model, tokenizer, built, ben
         )
     if args.max_new_tokens:
         rows["max_new_tokens"] = rows["max_new_tokens"].clip(upper=args.max_new_tokens)
-    rows["context_tokens"] = [_n_tokens(tokenizer, context) for context in rows["context"]]
-    check_lengths(rows, tokenizer, model.config.max_position_embeddings)
+    rows["context_tokens"] = [_n_tokens(loaded.tokenizer, context) for context in rows["context"]]
+    check_lengths(rows, loaded.tokenizer, loaded.model.config.max_position_embeddings)
 
-    sampled = bool(generation and generation.get("do_sample"))
-    if shares_prefill(model, cells):
-        decode_batch = args.decode_batch or len(built)
-        samples = samples_per_decode(args.batch_size, decode_batch, len(built))
-        outputs = run_greedy_shared(model, tokenizer, rows, built, decode_batch, samples)
+    sampled = bool(loaded.generation and loaded.generation.get("do_sample"))
+    if shares_prefill(loaded.model, loaded.cells):
+        decode_batch = args.decode_batch or len(loaded.built)
+        samples = samples_per_decode(args.batch_size, decode_batch, len(loaded.built))
+        outputs = run_greedy_shared(loaded.model, loaded.tokenizer, rows, loaded.built, decode_batch, samples)
     elif sampled:
-        outputs = [run_sampling(model, tokenizer, rows, built[0], generation, args.seed, args.batch_size)]
+        outputs = [
+            run_sampling(
+                loaded.model, loaded.tokenizer, rows, loaded.built[0], loaded.generation, args.seed, args.batch_size
+            )
+        ]
     else:
-        outputs = [run_greedy(model, tokenizer, rows, press) for press in built]
+        outputs = [run_greedy(loaded.model, loaded.tokenizer, rows, press) for press in loaded.built]
     # how rows were batched changes no greedy output (a sampled batch is seeded by its first row: that stays)
     layout = ("subsets", "out", "cells", "decode_batch") + (() if sampled else ("batch_size",))
     common = {k: v for k, v in vars(args).items() if k not in layout}
     return [
-        write_cell(args, bench, rows, output, subset, method, value, out, common)
-        for (method, value), output, out in zip(cells, outputs, outs)
+        write_cell(args, loaded.bench, rows, output, subset, cell, out, common)
+        for cell, output, out in zip(loaded.cells, outputs, outs)
     ]
 
 
-def write_cell(args, bench, rows, outputs, subset, method, value, out: Path, common: dict) -> dict:
+def write_cell(
+    args, bench, rows, outputs, subset: str, cell: tuple[str, float | None], out: Path, common: dict
+) -> dict:
     """One cell's predictions.csv and metrics.json; its provenance names its own method and value, as a job of
     this cell alone would."""
+    method, value = cell
     predictions = rows.drop(columns=["context"]).merge(outputs, on="sample_id")
     metrics = bench.score(predictions) if args.n_shards == 1 else {}  # a split cell is scored once, by its merge
     params = common | {"method": method, "value": value, "subset": subset, "model": str(args.model)}
