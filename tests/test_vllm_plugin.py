@@ -1,0 +1,160 @@
+"""The vLLM plugin (plugins/vllm) on vLLM's CPU backend, with the demo's real model (SmolLM2-135M from its PyPI
+GGUF): at tau = -inf an engine with the plugin generates exactly plain vLLM's tokens; the scores it computes inside
+vLLM equal the surrogate's scores of the attention inputs transformers computes (an independent forward); bad
+settings and unsupported engine settings are refused by name. The engine runs in its own environment (vLLM pins
+transformers >= 5.16, kvpress < 5.3): `make setup-vllm` builds it, and these tests run it as a subprocess."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from kvzap.introspection import attention_modules
+from kvzap.prepare import models
+from kvzap.surrogate.model import Surrogate
+from tiny_models import TEXT
+
+ROOT = Path(__file__).resolve().parents[1]
+VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
+sys.path.insert(0, str(ROOT / "plugins" / "vllm" / "src"))  # settings and refusals import no vLLM
+
+from kvzap_vllm.refusals import refusal  # noqa: E402
+from kvzap_vllm.settings import KVzapSettings  # noqa: E402
+
+needs_vllm = pytest.mark.skipif(
+    not VLLM_PYTHON.exists(), reason="the vLLM environment is missing: `make setup-vllm` builds it (x86-64 Linux)"
+)
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    """The demo model's Hugging Face folder, its tokenizer, a random MLP surrogate for it, and two prompts."""
+    folder = tmp_path_factory.mktemp("vllm")
+    record = models.prepare("offline/SmolLM2-135M-Instruct", folder / "model")
+    model, tokenizer = models.load(folder / "model" / "model.json", dtype="float32")
+    torch.manual_seed(0)
+    config = model.config
+    surrogate = Surrogate(config.hidden_size, config.num_key_value_heads, config.num_hidden_layers, hidden_dim=72)
+    surrogate.save_pretrained(folder / "surrogate")
+    prompts = [tokenizer(TEXT).input_ids, tokenizer("Paul Graham wrote essays about").input_ids]
+    return SimpleNamespace(
+        folder=folder, hf=record["path"], model=model, surrogate=surrogate, prompts=prompts, tokenizer=tokenizer
+    )
+
+
+def run_engine(demo, name: str, prompts, kvzap: dict | None = None, engine: dict | None = None) -> dict:
+    (demo.folder / f"{name}.prompts.json").write_text(json.dumps(prompts))
+    out = demo.folder / f"{name}.json"
+    command = [str(VLLM_PYTHON), str(ROOT / "tests" / "vllm" / "run_engine.py"), "--model", demo.hf]
+    command += ["--prompts", str(demo.folder / f"{name}.prompts.json"), "--out", str(out)]
+    command += ["--kvzap", json.dumps(kvzap)] if kvzap else []
+    command += ["--engine", json.dumps(engine)] if engine else []
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-4000:]
+    return json.loads(out.read_text())
+
+
+@needs_vllm
+def test_plugin_at_minus_infinity_generates_plain_vllms_tokens(demo):
+    plain = run_engine(demo, "plain", demo.prompts)
+    kvzap = run_engine(demo, "kvzap", demo.prompts, {"surrogate": str(demo.folder / "surrogate")})
+    assert not plain["has_scorer"] and kvzap["has_scorer"]
+    assert kvzap["tokens"] == plain["tokens"]
+    assert all(len(tokens) == 16 for tokens in plain["tokens"])  # the prompts do not stop at once
+
+
+@needs_vllm
+def test_scores_inside_vllm_equal_the_surrogates_on_transformers_attention_inputs(demo):
+    settings = {"surrogate": str(demo.folder / "surrogate"), "record_scores": True}
+    record = run_engine(demo, "scores", demo.prompts[:1], settings)
+    scores = torch.load((demo.folder / "scores.json").with_suffix(".scores.pt"))
+    ids = torch.tensor([demo.prompts[0] + record["tokens"][0][:-1]])  # the last token is sampled, never fed
+    inputs = {}
+    hooks = [
+        module.register_forward_pre_hook(
+            lambda m, args, kwargs, i=i: inputs.__setitem__(i, kwargs["hidden_states"][0]), with_kwargs=True
+        )
+        for i, module in enumerate(attention_modules(demo.model))
+    ]
+    with torch.no_grad():
+        demo.model(ids)
+    for hook in hooks:
+        hook.remove()
+    assert sorted(scores) == list(range(demo.model.config.num_hidden_layers))
+    for layer, forwards in scores.items():
+        positions = torch.cat([p for p, _ in forwards])
+        got = torch.cat([s for _, s in forwards])
+        assert torch.equal(positions, torch.arange(ids.shape[1]))  # the prefill, then one token per step
+        expected = demo.surrogate.score_layer(layer, inputs[layer][None])[0].T  # (tokens, H_kv)
+        assert torch.allclose(got, expected, atol=2e-4, rtol=1e-4), (layer, (got - expected).abs().max())
+
+
+@needs_vllm
+@pytest.mark.parametrize(
+    ("engine", "message"),
+    [
+        ({"enable_prefix_caching": True}, "prefix caching is on: start the engine with --no-enable-prefix-caching"),
+        ({"enforce_eager": False}, "start the engine with --enforce-eager"),
+    ],
+)
+def test_the_engine_refuses_settings_kvzap_cannot_serve_under(demo, engine, message):
+    record = run_engine(demo, "refused", demo.prompts[:1], {"surrogate": str(demo.folder / "surrogate")}, engine)
+    assert message in record["error"] and "KVzap cannot serve this engine" in record["error"]
+
+
+def _engine_config(**changes):
+    config = SimpleNamespace(
+        cache_config=SimpleNamespace(enable_prefix_caching=False),
+        speculative_config=None,
+        model_config=SimpleNamespace(enforce_eager=True),
+    )
+    for key, value in changes.items():
+        owner, _, name = key.partition("__")
+        setattr(getattr(config, owner), name, value) if name else setattr(config, owner, value)
+    return config
+
+
+@pytest.mark.parametrize(
+    ("changes", "architecture", "message"),
+    [
+        ({}, "Qwen3ForCausalLM", "Qwen3ForCausalLM has no KVzap override (supported: LlamaForCausalLM)"),
+        ({"cache_config__enable_prefix_caching": True}, "LlamaForCausalLM", "prefix caching is on"),
+        ({"speculative_config": object()}, "LlamaForCausalLM", "speculative decoding is configured"),
+        ({"model_config__enforce_eager": False}, "LlamaForCausalLM", "--enforce-eager"),
+    ],
+)
+def test_refusal_names_the_setting(changes, architecture, message):
+    assert message in refusal(_engine_config(**changes), architecture, ("LlamaForCausalLM",))
+    assert refusal(_engine_config(), "LlamaForCausalLM", ("LlamaForCausalLM",)) is None
+
+
+def test_settings_read_the_kvzap_section():
+    assert KVzapSettings.read({}) is None and KVzapSettings.read(None) is None
+    settings = KVzapSettings.read({"kvzap": {"surrogate": "nvidia/KVzap-mlp-Qwen3-8B", "threshold": -4}})
+    assert (settings.surrogate, settings.threshold, settings.window) == ("nvidia/KVzap-mlp-Qwen3-8B", -4.0, 128)
+    assert KVzapSettings.read({"kvzap": {"surrogate": "s"}}).threshold == -math.inf
+
+
+@pytest.mark.parametrize(
+    ("section", "message"),
+    [
+        ({"surrogate": "s", "tau": 1}, "unknown keys ['tau']"),
+        ({"threshold": -4}, "a surrogate folder or Hub id is needed"),
+        ({"surrogate": "s", "threshold": "low"}, "a number (a log score)"),
+        ({"surrogate": "s", "threshold": float("nan")}, "a number (a log score)"),
+        ({"surrogate": "s", "window": -1}, "an integer >= 0"),
+        ({"surrogate": "s", "record_scores": "yes"}, "true or false"),
+        ("s", "must be a mapping"),
+    ],
+)
+def test_settings_refuse_bad_values_by_name(section, message):
+    with pytest.raises(ValueError, match="additional_config") as info:
+        KVzapSettings.read({"kvzap": section})
+    assert message in str(info.value)
