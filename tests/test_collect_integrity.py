@@ -11,7 +11,7 @@ import torch
 
 from kvzap.training import collect
 from kvzap.training.collect import collect_split
-from test_collect_train import RECORD, SETTINGS, _collect, _prompts, _synthetic_split
+from oracle_data import RECORD, SETTINGS, collect_tiny, synthetic_split, tiny_prompts
 from tiny_models import tiny_model, tiny_tokenizer
 
 
@@ -37,9 +37,9 @@ def _count_oracle_calls(monkeypatch) -> list[int]:
     ],
 )
 def test_any_change_that_alters_the_shards_restarts_collection(tmp_path, monkeypatch, change):
-    manifest, model, tok = _collect(tmp_path)
+    manifest, model, tok = collect_tiny(tmp_path)
     calls = _count_oracle_calls(monkeypatch)
-    prompts = _prompts(4)
+    prompts = tiny_prompts(4)
     if change.get("prompts"):
         prompts[0] = type(prompts[0])("s", 0, prompts[0].text[::-1])
     kwargs = dict(tokens_per_prompt=10, shard_tokens=15, seed=1, model_record=RECORD)
@@ -51,15 +51,15 @@ def test_any_change_that_alters_the_shards_restarts_collection(tmp_path, monkeyp
 
 
 def test_unchanged_settings_still_resume(tmp_path, monkeypatch):
-    _, model, tok = _collect(tmp_path)
+    _, model, tok = collect_tiny(tmp_path)
     (tmp_path / "shard-00001.safetensors").unlink()
     calls = _count_oracle_calls(monkeypatch)
-    collect_split(model, tok, _prompts(4), tmp_path, SETTINGS, 10, 15, 1, RECORD)
+    collect_split(model, tok, tiny_prompts(4), tmp_path, SETTINGS, 10, 15, 1, RECORD)
     assert len(calls) == 2  # shard 0 holds prompts 0-1 (20 pairs >= 15)
 
 
 def test_settings_record_the_model_revision(tmp_path):
-    _collect(tmp_path)
+    collect_tiny(tmp_path)
     settings = json.loads((tmp_path / "settings.json").read_text())
     assert settings["model_revision"] == RECORD["revision"] and settings["model_dtype"] == "float32"
 
@@ -72,7 +72,7 @@ def _data_section(path):
 
 def test_shard_checksum_covers_the_tensor_bytes(tmp_path):
     """Independent check of the format: sha256 of each tensor's raw bytes, in name order, in ONE metadata key."""
-    manifest, _, _ = _collect(tmp_path)
+    manifest, _, _ = collect_tiny(tmp_path)
     for entry in manifest["shards"]:
         raw, start, header = _data_section(tmp_path / entry["file"])
         assert list(header["__metadata__"]) == ["record"]
@@ -86,7 +86,7 @@ def test_shard_checksum_covers_the_tensor_bytes(tmp_path):
 def test_corrupted_tensor_data_is_refused(tmp_path):
     from kvzap.training.shards import read_shard
 
-    _collect(tmp_path)
+    collect_tiny(tmp_path)
     path = tmp_path / "shard-00000.safetensors"
     raw, start, _ = _data_section(path)
     corrupted = bytearray(raw)
@@ -111,7 +111,7 @@ def test_non_finite_oracle_output_is_not_written(tmp_path, monkeypatch):
     monkeypatch.setattr(collect, "oracle_scores", poisoned)
     tok = tiny_tokenizer()
     with pytest.raises(ValueError, match=r"Prompt 2 .*\(s #2\).*non-finite log KVzip\+ scores"):
-        collect_split(tiny_model("llama", len(tok)), tok, _prompts(4), tmp_path, SETTINGS, 10, 100, 1, RECORD)
+        collect_split(tiny_model("llama", len(tok)), tok, tiny_prompts(4), tmp_path, SETTINGS, 10, 100, 1, RECORD)
     assert not list(tmp_path.glob("shard-*")) and not (tmp_path / "manifest.json").exists()
 
 
@@ -119,7 +119,7 @@ def test_memory_mapped_rows_equal_the_loaded_shards(tmp_path):
     """Global indices run shard after shard; bf16 comes back bit-exact through its int16 storage."""
     from kvzap.training.shards import ShardRows, read_shard
 
-    x, _ = _synthetic_split(tmp_path / "train", n=50, shard=20, dtype=torch.bfloat16)
+    x, _ = synthetic_split(tmp_path / "train", n=50, shard=20, dtype=torch.bfloat16)
     paths = sorted((tmp_path / "train").glob("shard-*"))
     rows = ShardRows(paths)
     rows.verify()

@@ -1,107 +1,48 @@
 """Oracle collection to shards (resume, corruption) and surrogate training (ridge = scikit-learn, MLP resume)."""
 
-import json
-
 import numpy as np
 import pytest
 import torch
 
 from kvzap.training import fit
 from kvzap.training.collect import collect_split
-from kvzap.training.corpus import Prompt
-from kvzap.training.shards import read_shard, write_shard
-from tiny_models import TEXT, tiny_model, tiny_tokenizer
-
-SETTINGS = {"test": 1}
-RECORD = {"model_id": "tiny", "revision": "none"}
-
-
-def _prompts(n):
-    return [Prompt("s", i, TEXT[i * 13 : i * 13 + 150]) for i in range(n)]
-
-
-def _collect(tmp_path, n_prompts=4):
-    tok = tiny_tokenizer()
-    model = tiny_model("llama", len(tok))
-    return (
-        collect_split(
-            model,
-            tok,
-            _prompts(n_prompts),
-            tmp_path,
-            SETTINGS,
-            tokens_per_prompt=10,
-            shard_tokens=15,
-            seed=1,
-            model_record=RECORD,
-        ),
-        model,
-        tok,
-    )
+from kvzap.training.shards import read_shard
+from oracle_data import RECORD, SETTINGS, collect_tiny, synthetic_split, tiny_prompts
+from tiny_models import tiny_model, tiny_tokenizer
 
 
 def test_collection_shards_and_resume(tmp_path):
-    manifest, model, tok = _collect(tmp_path)
+    manifest, model, tok = collect_tiny(tmp_path)
     assert manifest["n_pairs"] == 40 and len(manifest["shards"]) == 2
     first = {p.name: p.read_bytes() for p in tmp_path.glob("shard-*")}
     (tmp_path / "shard-00001.safetensors").unlink()  # as if killed before the last shard
     (tmp_path / "manifest.json").unlink()
-    again = collect_split(model, tok, _prompts(4), tmp_path, SETTINGS, 10, 15, 1, RECORD)
+    again = collect_split(model, tok, tiny_prompts(4), tmp_path, SETTINGS, 10, 15, 1, RECORD)
     assert again["n_pairs"] == 40
     assert {p.name: p.read_bytes() for p in tmp_path.glob("shard-*")} == first  # same sampled tokens
 
 
 def test_changed_settings_restart_collection(tmp_path):
-    _collect(tmp_path)
+    collect_tiny(tmp_path)
     tok = tiny_tokenizer()
-    manifest = collect_split(tiny_model("llama", len(tok)), tok, _prompts(2), tmp_path, {"test": 2}, 10, 100, 1, RECORD)
+    manifest = collect_split(
+        tiny_model("llama", len(tok)), tok, tiny_prompts(2), tmp_path, {"test": 2}, 10, 100, 1, RECORD
+    )
     assert manifest["n_pairs"] == 20 and len(list(tmp_path.glob("shard-*"))) == 1
 
 
 def test_truncated_shard_named(tmp_path):
-    _collect(tmp_path)
+    collect_tiny(tmp_path)
     shard = tmp_path / "shard-00000.safetensors"
     shard.write_bytes(shard.read_bytes()[:100])
     with pytest.raises(ValueError, match="shard-00000"):
         read_shard(shard)
 
 
-def _synthetic_split(folder, n=600, layers=2, dim=12, heads=2, seed=0, shard=200, dtype=torch.float32):
-    """Shards of y = x W - 6 + noise (prompt = row index), written as kvzap.training.collect writes them."""
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(n, layers, dim, generator=g) * 3 + 1
-    w = torch.randn(layers, dim, heads, generator=g)
-    y = torch.einsum("nld,ldh->nlh", x, w) - 6 + 0.3 * torch.randn(n, layers, heads, generator=g)
-    folder.mkdir(parents=True)
-    shards = [
-        write_shard(
-            folder / f"shard-{i:05d}.safetensors",
-            {
-                "h": x[start : start + shard].to(dtype),
-                "y": y[start : start + shard],
-                "prompt": torch.arange(start, min(start + shard, n)),
-            },
-        )
-        for i, start in enumerate(range(0, n, shard))
-    ]
-    (folder / "manifest.json").write_text(
-        json.dumps(
-            {
-                "shards": shards,
-                "hidden_size": dim,
-                "n_kv_heads": heads,
-                "n_layers": layers,
-                "params_hash": f"synthetic-{seed}",
-            }
-        )
-    )
-    return x, y
-
-
 def test_ridge_equals_scikit_learn(tmp_path):
     from sklearn.linear_model import Ridge
 
-    x, y = _synthetic_split(tmp_path / "train")
+    x, y = synthetic_split(tmp_path / "train")
     model = fit.fit_ridge(tmp_path / "train", alpha=1.0, device=torch.device("cpu"))
     for layer in range(2):
         ref = Ridge(alpha=1.0).fit(x[:, layer].double().numpy(), y[:, layer].double().numpy())
@@ -118,7 +59,7 @@ def test_squared_pearson_matches_numpy():
 
 
 def test_mlp_learns_and_resumes_identically(tmp_path, monkeypatch):
-    _synthetic_split(tmp_path / "train")
+    synthetic_split(tmp_path / "train")
     kwargs = dict(epochs=4, lr=5e-3, batch_size=64, hidden_dim=8, device=torch.device("cpu"))
     full, history = fit.fit_mlp(tmp_path / "train", tmp_path / "a", **kwargs)
     assert history[-1]["valid_loss"] < history[0]["valid_loss"]
@@ -141,7 +82,7 @@ def test_mlp_learns_and_resumes_identically(tmp_path, monkeypatch):
 
 
 def test_truncated_training_checkpoint_named(tmp_path):
-    _synthetic_split(tmp_path / "train")
+    synthetic_split(tmp_path / "train")
     kwargs = dict(epochs=1, lr=5e-3, batch_size=64, hidden_dim=8, device=torch.device("cpu"))
     fit.fit_mlp(tmp_path / "train", tmp_path / "out", **kwargs)
     checkpoint = tmp_path / "out" / "checkpoint.safetensors"
@@ -178,18 +119,18 @@ def test_nemotron_selection_follows_the_paper(monkeypatch):
 
 
 def test_truncated_shard_named_on_resume(tmp_path):
-    _, model, tok = _collect(tmp_path)
+    _, model, tok = collect_tiny(tmp_path)
     (tmp_path / "manifest.json").unlink()
     shard = tmp_path / "shard-00001.safetensors"
     shard.write_bytes(shard.read_bytes()[:40])
     with pytest.raises(ValueError, match="shard-00001"):
-        collect_split(model, tok, _prompts(4), tmp_path, SETTINGS, 10, 15, 1, RECORD)
+        collect_split(model, tok, tiny_prompts(4), tmp_path, SETTINGS, 10, 15, 1, RECORD)
 
 
 def test_ridge_on_chosen_pairs_equals_scikit_learn_on_those_rows(tmp_path):
     from sklearn.linear_model import Ridge
 
-    x, y = _synthetic_split(tmp_path / "train")
+    x, y = synthetic_split(tmp_path / "train")
     pairs = np.r_[5:150, 310:420]  # spans three shards, skips rows in each
     model = fit.fit_ridge(tmp_path / "train", alpha=1.0, device=torch.device("cpu"), pairs=pairs)
     ref = Ridge(alpha=1.0).fit(x[pairs, 1].double().numpy(), y[pairs, 1].double().numpy())
@@ -198,7 +139,7 @@ def test_ridge_on_chosen_pairs_equals_scikit_learn_on_those_rows(tmp_path):
 
 def test_mlp_keeps_its_best_validation_epoch(tmp_path, monkeypatch):
     """Scripted validation losses: the weights returned are those after epoch 2, the lowest, not the last."""
-    _synthetic_split(tmp_path / "train")
+    synthetic_split(tmp_path / "train")
     losses = iter([3.0, 1.0, 2.0, 4.0])
     monkeypatch.setattr(fit, "_validation_loss", lambda *args: next(losses))
     snapshots = []
@@ -224,10 +165,12 @@ def test_all_tokens_scored(tmp_path):
     assert parse_token_count("all") is None and parse_token_count("250") == 250
     assert sample_positions(7, None, 1, 0).tolist() == list(range(7))
     tok = tiny_tokenizer()
-    manifest = collect_split(tiny_model("llama", len(tok)), tok, _prompts(2), tmp_path, SETTINGS, None, 1000, 1, RECORD)
+    manifest = collect_split(
+        tiny_model("llama", len(tok)), tok, tiny_prompts(2), tmp_path, SETTINGS, None, 1000, 1, RECORD
+    )
     from kvzap.oracle.scores import build_repeat_prompt
 
-    contexts = [build_repeat_prompt(tok, p.text).context for p in _prompts(2)]
+    contexts = [build_repeat_prompt(tok, p.text).context for p in tiny_prompts(2)]
     assert manifest["n_pairs"] == sum(c.stop - c.start for c in contexts)
     assert manifest["prompt_subsets"] == ["s", "s"]
 

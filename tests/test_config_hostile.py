@@ -14,22 +14,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from snakemake.utils import validate as fill_defaults
 
-from kvzap.plan import checks, commands, errors, schema, sweep
-
-ROOT = Path(__file__).resolve().parents[1]
-SCHEMA = schema.SCHEMA
-BASE = yaml.safe_load((ROOT / "config" / "ci.yaml").read_text())
-
-
-def planned(config: dict) -> dict:
-    """Validate, fill defaults and check, exactly as the Snakefile does."""
-    config = copy.deepcopy(config)
-    schema.validate(config, SCHEMA)
-    fill_defaults(config, str(SCHEMA))
-    checks.check(config)
-    return config
+from kvzap.plan import commands, errors, sweep
+from plan_helpers import BASE, ROOT, planned
 
 
 def refused(change) -> str:

@@ -1,10 +1,10 @@
 """The family matrix: tiny random decoders built from transformers 5.2 configs, each checked end to end.
 
-For every family: the oracle against an eager computation written here from the model's own attention weights
-(output_attentions), cached values, output projection and attention inputs; KVzapPress at tau = -inf equal to
-the plain model; eviction equal to masking in greedy `generate`. Hybrids (a sliding layer with a window shorter than
-the prompt, then a full one) prune the full layer only, in `generate`, chunked prefill, kvpress's pipeline and tau
-calibration. Families out of reach get an asserted refusal.
+For every family: the oracle against an eager computation (tests/oracle_reference.py) from the model's own
+attention weights (output_attentions), cached values, output projection and attention inputs; KVzapPress at
+tau = -inf equal to the plain model; eviction equal to masking in greedy `generate`. Hybrids (a sliding layer with
+a window shorter than the prompt, then a full one) prune the full layer only, in `generate`, chunked prefill,
+kvpress's pipeline and tau calibration. Families out of reach get an asserted refusal.
 docs/families.md's "Model families" table is this file's outcome.
 """
 
@@ -20,72 +20,16 @@ from kvpress.presses.knorm_press import KnormPress
 from transformers import AutoConfig, AutoModelForCausalLM, DynamicCache
 from transformers.cache_utils import DynamicSlidingWindowLayer
 
+from family_models import COMMON, EAGER_ONLY, FAMILIES, MOE, NOT_KVPRESS_LAYOUT, SLIDING_CACHE, build
 from kvzap.evaluation import job, presses, shared_prefill
 from kvzap.layer_types import pruned_layers
 from kvzap.oracle.scores import build_repeat_prompt, oracle_scores
 from kvzap.pruning import KVzapPress, PrecomputedScorerPress, PrunedLayer, held_kv_bytes
 from kvzap.pruning.calibration import collect_scores, mean_ratio, threshold_for
-from tiny_models import TEXT, TINY_SIZES, tiny_tokenizer
+from oracle_reference import eager_log_kvzip_plus
+from tiny_models import TEXT, tiny_tokenizer
 
-COMMON = {**TINY_SIZES, "hidden_size": 128, "head_dim": 32}  # wider heads than tiny_config's default
-MOE = dict(num_experts=4, num_local_experts=4, num_experts_per_tok=2, moe_intermediate_size=64)
-WIDE_WINDOW = dict(sliding_window=4096)  # longer than every prompt here: sliding layers see everything
-
-# model_type -> config overrides; every family here runs the oracle and, where its cache allows, the presses
-FAMILIES = {
-    "llama": {},
-    "mistral": dict(sliding_window=None),  # as Mistral-7B v0.2+ ship; v0.1's 4096 window would be a sliding cache
-    "qwen2": {},
-    "qwen3": {},
-    "qwen3_moe": MOE,
-    "qwen2_moe": dict(MOE, shared_expert_intermediate_size=64),
-    "mixtral": MOE,
-    "olmoe": MOE,
-    "granitemoe": MOE,
-    "phi3": {},
-    "olmo": {},
-    "olmo2": {},
-    "gemma": {},
-    "gemma2": WIDE_WINDOW,
-    "gemma3_text": dict(WIDE_WINDOW, query_pre_attn_scalar=32),
-    "cohere": {},
-    "cohere2": WIDE_WINDOW,
-    "granite": dict(attention_multiplier=0.1),
-    "stablelm": {},
-    "phi": {},
-    "starcoder2": {},
-    "gpt_neox": dict(num_key_value_heads=4),
-    "helium": {},
-    "glm": {},
-    "glm4": {},
-    "smollm3": {},
-    "arcee": {},
-    "seed_oss": {},
-    "ernie4_5": {},
-    "exaone4": WIDE_WINDOW,
-    "gpt_oss": dict(MOE, **WIDE_WINDOW),
-    "apertus": {},
-    "hunyuan_v1_dense": {},
-    "granitemoeshared": dict(MOE, shared_intermediate_size=64),
-    "dots1": dict(MOE, n_routed_experts=4, n_shared_experts=1, first_k_dense_replace=1),
-    "olmo3": WIDE_WINDOW,
-    "ministral": WIDE_WINDOW,
-}
-EAGER_ONLY = {"gpt_oss"}  # no sdpa (attention sinks)
-# Hybrid caches: sliding-window layers get a DynamicSlidingWindowLayer, which KVzap leaves alone.
-SLIDING_CACHE = {"gemma2", "gemma3_text", "cohere2", "exaone4", "gpt_oss", "olmo3", "ministral"}
-# kvpress (and so the presses) hook model.model.layers[i].self_attn; GPT-NeoX has gpt_neox.layers[i].attention.
-NOT_KVPRESS_LAYOUT = {"gpt_neox"}
-
-
-def build(model_type: str, vocab_size: int, **overrides):
-    config = AutoConfig.for_model(model_type, vocab_size=vocab_size, **{**COMMON, **FAMILIES.get(model_type, {})})
-    for key, value in overrides.items():
-        setattr(config, key, value)
-    config._attn_implementation = "eager" if model_type in EAGER_ONLY else "sdpa"
-    torch.manual_seed(0)
-    return AutoModelForCausalLM.from_config(config).float().eval().requires_grad_(False)
-
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 # Hybrids as they ship (a sliding layer, then a full one), with a window far shorter than the prompts here.
 HYBRID = dict(sliding_window=16, layer_types=["sliding_attention", "full_attention"])
@@ -101,56 +45,9 @@ def build_hybrid(model_type: str, vocab_size: int):
     return AutoModelForCausalLM.from_config(config).float().eval().requires_grad_(False)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models: one intra-op thread is faster, and immune to a starved second thread's spin-waits on a
-    shared machine (which slowed some families 20x)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
 def tok():
     return tiny_tokenizer()
-
-
-def _output_weight(attention) -> torch.Tensor:
-    return next(getattr(attention, n).weight for n in ("o_proj", "dense", "out_proj") if hasattr(attention, n))
-
-
-def eager_log_kvzip_plus(model, prompt) -> tuple[torch.Tensor, torch.Tensor]:
-    """(L, H_kv, C) log KVzip+ from eager attention weights of the full repeat prompt, cached values, W_O and
-    hooked attention inputs: max over repeated queries of a_ji ||W_O^h v_i|| / ||h_j||, then over the group;
-    and the (L, T, D) attention inputs."""
-    model.set_attn_implementation("eager")
-    layers = model.base_model.layers
-    attentions = [getattr(layer, "self_attn", None) or layer.attention for layer in layers]
-    inputs = {}
-
-    def keep(i):
-        def hook(module, args, kwargs):
-            inputs[i] = (kwargs["hidden_states"] if "hidden_states" in kwargs else args[0])[0]
-
-        return hook
-
-    hooks = [a.register_forward_pre_hook(keep(i), with_kwargs=True) for i, a in enumerate(attentions)]
-    cache = DynamicCache()
-    out = model(prompt.input_ids[:, : prompt.repeat.stop], past_key_values=cache, output_attentions=True)
-    for hook in hooks:
-        hook.remove()
-    ctx, rep = prompt.context, prompt.repeat
-    result = []
-    for i, attention in enumerate(attentions):
-        weights = out.attentions[i][0][:, rep, ctx]  # (Hq, R, C)
-        values = cache.layers[i].values[0, :, ctx]  # (Hkv, C, dv)
-        n_q, n_kv, dv = weights.shape[0], values.shape[0], values.shape[-1]
-        w_o = _output_weight(attention)
-        v_out = torch.stack([values[h * n_kv // n_q] @ w_o[:, h * dv : (h + 1) * dv].T for h in range(n_q)])
-        plus = weights * v_out.norm(dim=-1)[:, None, :] / inputs[i][rep].norm(dim=-1)[None, :, None]
-        result.append(plus.amax(dim=1).view(n_kv, n_q // n_kv, -1).amax(dim=1).log())
-    return torch.stack(result), torch.stack([inputs[i] for i in range(len(attentions))])
 
 
 @pytest.mark.parametrize("model_type", sorted(FAMILIES))

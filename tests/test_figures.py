@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from tests.test_config_hostile import BASE, planned
 
 from kvzap.plan import checks, commands, errors, paths, sweep
 from kvzap.report import figures
+from plan_helpers import BASE, planned
 
 TAU = -4.1234567  # a threshold whose short form (-4.12346) names no cell
 

@@ -8,10 +8,10 @@ import sys
 
 import pytest
 import yaml
-from tests.test_config_hostile import ROOT
-from tests.test_config_hostile import planned as _planned
 
 from kvzap.plan import forecast
+from plan_helpers import ROOT
+from plan_helpers import planned as _planned
 
 
 def planned(name: str) -> dict:

@@ -29,7 +29,7 @@ from kvzap.layer_types import pruned_layers, skipped_layers
 from kvzap.plan import errors, model_configs
 from kvzap.prepare.assets import OFFLINE_MODELS
 from kvzap.report import aggregate
-from test_config_hostile import BASE, planned
+from plan_helpers import BASE, planned
 from tiny_models import TEXT, TINY_SIZES, tiny_tokenizer
 
 TOK = tiny_tokenizer()

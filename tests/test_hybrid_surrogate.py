@@ -14,6 +14,7 @@ import torch
 from kvpress.presses.kvzap_press import KVzapModel
 from transformers import DynamicCache
 
+from family_models import build
 from kvzap import publish
 from kvzap.ablations import training_data
 from kvzap.oracle.attention import LayerScorer
@@ -26,8 +27,10 @@ from kvzap.training import fit
 from kvzap.training.collect import collect_split
 from kvzap.training.corpus import Prompt
 from kvzap.training.shards import read_shard
-from test_families import build, eager_log_kvzip_plus, one_thread  # noqa: F401 (one_thread: an autouse fixture)
+from oracle_reference import eager_log_kvzip_plus
 from tiny_models import TEXT, tiny_model, tiny_tokenizer
+
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 SLIDING, FULL = "sliding_attention", "full_attention"
 LAYERS = [SLIDING, FULL, SLIDING, FULL]

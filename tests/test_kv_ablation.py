@@ -13,8 +13,8 @@ from kvzap.ablations import kv_input
 from kvzap.oracle.scores import build_repeat_prompt, oracle_scores
 from kvzap.training import collect, fit
 from kvzap.training.collect import collect_split, sample_positions
-from kvzap.training.shards import ShardRows, read_shard, write_shard
-from test_collect_train import RECORD, SETTINGS, _prompts
+from kvzap.training.shards import ShardRows, read_shard
+from oracle_data import RECORD, SETTINGS, tiny_prompts, write_split
 from tiny_models import tiny_model, tiny_tokenizer
 
 TOKENS, SEED = 10, 1
@@ -26,7 +26,7 @@ def _collect(folder, family="llama", n_prompts=3, store_kv=True, prompts=None):
     manifest = collect_split(
         model,
         tok,
-        prompts or _prompts(n_prompts),
+        prompts or tiny_prompts(n_prompts),
         folder,
         SETTINGS,
         tokens_per_prompt=TOKENS,
@@ -78,7 +78,7 @@ def test_stored_kv_equals_an_independent_recomputation(tmp_path, family):
     cfg = model.config
     assert rows["kv"].shape == (2 * TOKENS, cfg.num_hidden_layers, cfg.num_key_value_heads, 2 * cfg.head_dim)
     assert rows["kv"].dtype == rows["h"].dtype == torch.float32  # the model's dtype
-    for index, prompt_text in enumerate(_prompts(2)):
+    for index, prompt_text in enumerate(tiny_prompts(2)):
         prompt = build_repeat_prompt(tok, prompt_text.text)
         positions = sample_positions(prompt.context.stop - prompt.context.start, TOKENS, SEED, index)
         with torch.no_grad():
@@ -89,7 +89,7 @@ def test_stored_kv_equals_an_independent_recomputation(tmp_path, family):
 def test_kv_is_stored_in_the_model_dtype():
     tok = tiny_tokenizer()
     model = tiny_model("qwen3", len(tok)).to(torch.bfloat16)
-    prompt = build_repeat_prompt(tok, _prompts(1)[0].text)
+    prompt = build_repeat_prompt(tok, tiny_prompts(1)[0].text)
     scores = oracle_scores(model, prompt, keep_positions=torch.tensor([0, 3, 7]), keep_kv=True)
     assert scores.kv.dtype == torch.bfloat16 and scores.kv.shape == (2, 2, 3, 32)
 
@@ -178,32 +178,18 @@ def _synthetic_kv_split(folder, n, seed, layers=2, heads=3, kv_dim=8, shard=50):
     kv = torch.randn(n, layers, heads, kv_dim, generator=g) * 2 + 0.5
     y = torch.einsum("nlhd,lhd->nlh", kv, w) - 7 + 0.5 * torch.randn(n, layers, heads, generator=g)
     h = torch.randn(n, layers, 6, generator=g)
-    folder.mkdir(parents=True)
-    shards = [
-        write_shard(
-            folder / f"shard-{i:05d}.safetensors",
-            {
-                "h": h[s : s + shard],
-                "y": y[s : s + shard],
-                "kv": kv[s : s + shard],
-                "prompt": torch.arange(s, min(s + shard, n)),
-            },
-        )
-        for i, s in enumerate(range(0, n, shard))
-    ]
-    (folder / "manifest.json").write_text(
-        json.dumps(
-            {
-                "shards": shards,
-                "hidden_size": 6,
-                "n_kv_heads": heads,
-                "n_layers": layers,
-                "n_pairs": n,
-                "params_hash": f"synthetic-{seed}",
-                "model_id": "synthetic",
-                "model_revision": "none",
-            }
-        )
+    rows = {"h": h, "y": y, "kv": kv, "prompt": torch.arange(n)}
+    write_split(
+        folder,
+        rows,
+        shard,
+        hidden_size=6,
+        n_kv_heads=heads,
+        n_layers=layers,
+        n_pairs=n,
+        params_hash=f"synthetic-{seed}",
+        model_id="synthetic",
+        model_revision="none",
     )
     return kv, y
 

@@ -24,7 +24,7 @@ from kvzap.pruning.calibration import ScoreSample, calibrate
 from kvzap.pruning.scorer_presses import SurrogateScorerPress
 from kvzap.surrogate.model import Surrogate
 from kvzap.training import calibrate as calibration_cli
-from test_publish import make_surrogate
+from surrogate_folders import make_surrogate
 from tiny_models import tiny_model, tiny_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]

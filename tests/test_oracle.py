@@ -5,6 +5,7 @@ import torch
 from transformers import MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from kvzap.oracle.scores import RepeatPrompt, build_repeat_prompt, oracle_scores
+from oracle_reference import reference_scores
 from tiny_models import TEXT, tiny_config, tiny_model, tiny_tokenizer
 
 OTHER_FAMILIES = {"qwen2": (Qwen2Config, Qwen2ForCausalLM), "mistral": (MistralConfig, MistralForCausalLM)}
@@ -36,47 +37,6 @@ def family_model(family: str, vocab_size: int, kv_heads: int, attn: str = "sdpa"
     config._attn_implementation = attn
     torch.manual_seed(0)
     return model_cls(config).eval().requires_grad_(False)
-
-
-def reference_scores(model, prompt):
-    """Explicit softmax(QK^T) from eager attention, GQA expansion, per-head ||W_O v||: no shared code."""
-    ids = prompt.input_ids[:, : prompt.repeat.stop]
-    captured = {}
-
-    def grab(i):
-        def hook(module, args, kwargs):
-            captured[i] = kwargs["hidden_states"][0].clone()
-
-        return hook
-
-    handles = [
-        layer.self_attn.register_forward_pre_hook(grab(i), with_kwargs=True)
-        for i, layer in enumerate(model.model.layers)
-    ]
-    out = model(ids, output_attentions=True, use_cache=False)
-    for handle in handles:
-        handle.remove()
-    cfg = model.config
-    n_q, n_kv, d = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
-    g = n_q // n_kv
-    ctx, rep = prompt.context, prompt.repeat
-    kvzip, plus = [], []
-    for i, layer in enumerate(model.model.layers):
-        a = out.attentions[i][0]  # (Hq, T, T)
-        a = a[:, rep, :][:, :, ctx]  # (Hq, R, C)
-        h = captured[i]
-        v = layer.self_attn.v_proj(h).view(-1, n_kv, d)  # (T, Hkv, d)
-        wo = layer.self_attn.o_proj.weight  # (D, Hq*d)
-        vnorm = torch.empty(n_q, ctx.stop - ctx.start)
-        for head in range(n_q):
-            v_head = v[ctx, head // g, :]  # (C, d)
-            vnorm[head] = (v_head @ wo[:, head * d : (head + 1) * d].T).norm(dim=-1)
-        hnorm = h[rep].norm(dim=-1)  # (R,)
-        s = a.amax(dim=1)
-        sp = (a * vnorm[:, None, :] / hnorm[None, :, None]).amax(dim=1)
-        kvzip.append(s.view(n_kv, g, -1).amax(1))
-        plus.append(sp.view(n_kv, g, -1).amax(1).log())
-    return torch.stack(kvzip), torch.stack(plus)
 
 
 @pytest.mark.parametrize("family", ["llama", "qwen2", "qwen3", "mistral"])

@@ -17,7 +17,7 @@ from kvzap.oracle.scores import (
     build_repeat_prompt,
     oracle_scores,
 )
-from test_oracle import reference_scores
+from oracle_reference import reference_scores
 from tiny_models import tiny_model, tiny_tokenizer
 
 TOKENIZERS = Path(__file__).resolve().parents[1] / ".cache" / "tokenizers"

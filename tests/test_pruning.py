@@ -3,77 +3,23 @@
 from __future__ import annotations
 
 import copy
-import functools
 import math
 
 import pytest
 import torch
 from kvpress import DMSPress
 from kvpress.pipeline import KVPressTextGenerationPipeline
-from tokenizers import Tokenizer, models, pre_tokenizers
-from transformers import (
-    DynamicCache,
-    LlamaConfig,
-    LlamaForCausalLM,
-    MistralConfig,
-    MistralForCausalLM,
-    PreTrainedTokenizerFast,
-    Qwen2Config,
-    Qwen2ForCausalLM,
-    Qwen3Config,
-    Qwen3ForCausalLM,
-)
+from transformers import DynamicCache
 
 from kvzap.pruning import KVzapPress, MaskedLayer, PrunedLayer, TopKPerHeadPress, TopKPerLayerPress
-from kvzap.pruning.scorer_presses import PrecomputedScorerPress, SurrogateScorerPress
+from kvzap.pruning.scorer_presses import PrecomputedScorerPress
 from kvzap.surrogate.model import Surrogate
-
-VOCAB = 1000
-SIZES = dict(
-    vocab_size=VOCAB,
-    hidden_size=64,
-    intermediate_size=128,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    head_dim=16,
-    max_position_embeddings=4096,
-    tie_word_embeddings=False,
-)
-WINDOW = 16
-
-
-FAMILIES = {
-    "llama": (LlamaConfig, LlamaForCausalLM),
-    "qwen2": (Qwen2Config, Qwen2ForCausalLM),
-    "qwen3": (Qwen3Config, Qwen3ForCausalLM),
-    "mistral": (functools.partial(MistralConfig, sliding_window=None), MistralForCausalLM),  # as v0.2+ ship
-}
-
-
-def _model(family: str, **overrides):
-    torch.manual_seed(0)
-    config, cls = FAMILIES[family]
-    return cls(config(**{**SIZES, **overrides})).eval().requires_grad_(False)
+from tiny_pruning import FAMILIES, SIZES, WINDOW, pruning_model, random_tokens, scorer, word_tokenizer
 
 
 @pytest.fixture(scope="module", params=sorted(FAMILIES))
 def model(request):
-    return _model(request.param)
-
-
-@pytest.fixture(scope="module")
-def surrogate():
-    torch.manual_seed(1)
-    return Surrogate(SIZES["hidden_size"], SIZES["num_key_value_heads"], SIZES["num_hidden_layers"]).eval()
-
-
-def _scorer(surrogate):
-    return SurrogateScorerPress(surrogate=surrogate)
-
-
-def _tokens(n, seed=2):
-    return torch.randint(0, VOCAB, (1, n), generator=torch.Generator().manual_seed(seed))
+    return pruning_model(request.param)
 
 
 def _teacher_forced(model, press, ids, prompt_len):
@@ -88,8 +34,8 @@ def _teacher_forced(model, press, ids, prompt_len):
 
 
 def test_eviction_equals_masking_in_prefill_and_decoding(model, surrogate):
-    ids = _tokens(80 + 64)
-    press = lambda evict: KVzapPress(_scorer(surrogate), threshold=0.0, window=WINDOW, decoding=True, evict=evict)
+    ids = random_tokens(80 + 64)
+    press = lambda evict: KVzapPress(scorer(surrogate), threshold=0.0, window=WINDOW, decoding=True, evict=evict)
     evict_press, mask_press = press(True), press(False)
     evicted, cache = _teacher_forced(model, evict_press, ids, 80)
     masked, dense = _teacher_forced(model, mask_press, ids, 80)
@@ -102,8 +48,8 @@ def test_eviction_equals_masking_in_prefill_and_decoding(model, surrogate):
 
 
 def test_minus_inf_threshold_prunes_nothing(model, surrogate):
-    ids = _tokens(60 + 20)
-    press = KVzapPress(_scorer(surrogate), threshold=-math.inf, window=WINDOW, decoding=True)
+    ids = random_tokens(60 + 20)
+    press = KVzapPress(scorer(surrogate), threshold=-math.inf, window=WINDOW, decoding=True)
     pruned, cache = _teacher_forced(model, press, ids, 60)
     full, _ = _teacher_forced(model, None, ids, 60)
     assert press.compression_ratio == 0.0
@@ -113,13 +59,13 @@ def test_minus_inf_threshold_prunes_nothing(model, surrogate):
 
 
 def test_greedy_generate_matches_kvpress_dmspress(surrogate):
-    prompt = _tokens(100, seed=3)
+    prompt = random_tokens(100, seed=3)
     outputs, ratios = [], []
     for press in (
-        KVzapPress(_scorer(surrogate), threshold=0.0, window=WINDOW, decoding=True),
-        DMSPress(_scorer(surrogate), threshold=0.0, sliding_window_size=WINDOW, decoding=True),
+        KVzapPress(scorer(surrogate), threshold=0.0, window=WINDOW, decoding=True),
+        DMSPress(scorer(surrogate), threshold=0.0, sliding_window_size=WINDOW, decoding=True),
     ):
-        model = _model("llama")
+        model = pruning_model("llama")
         with press(model):
             outputs.append(model.generate(prompt, max_new_tokens=40, do_sample=False, pad_token_id=0))
         ratios.append(press.compression_ratio)
@@ -128,17 +74,17 @@ def test_greedy_generate_matches_kvpress_dmspress(surrogate):
 
 
 def test_sampling_generate_eviction_equals_masking(surrogate):
-    model, prompt, outputs = _model("qwen3"), _tokens(90, seed=4), []
+    model, prompt, outputs = pruning_model("qwen3"), random_tokens(90, seed=4), []
     for evict in (True, False):
         torch.manual_seed(5)
-        with KVzapPress(_scorer(surrogate), threshold=0.0, window=WINDOW, decoding=True, evict=evict)(model):
+        with KVzapPress(scorer(surrogate), threshold=0.0, window=WINDOW, decoding=True, evict=evict)(model):
             outputs.append(model.generate(prompt, max_new_tokens=30, do_sample=True, top_k=50, pad_token_id=0))
     assert torch.equal(outputs[0], outputs[1])
 
 
 def test_held_bytes_follow_the_kept_fraction(surrogate):
-    model, ids = _model("llama"), _tokens(1024, seed=6)
-    press = KVzapPress(_scorer(surrogate), threshold=0.0, window=WINDOW)
+    model, ids = pruning_model("llama"), random_tokens(1024, seed=6)
+    press = KVzapPress(scorer(surrogate), threshold=0.0, window=WINDOW)
     _, cache = _teacher_forced(model, press, ids, ids.shape[1])
     _, full = _teacher_forced(model, None, ids, ids.shape[1])
     held = sum(layer.nbytes for layer in cache.layers)
@@ -147,24 +93,17 @@ def test_held_bytes_follow_the_kept_fraction(surrogate):
     assert held / dense <= 1 - press.compression_ratio + 0.03
 
 
-def _tokenizer():
-    vocab = {"<unk>": 0, "<s>": 1, **{f"w{i}": i for i in range(2, VOCAB)}}
-    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", unk_token="<unk>", eos_token="<unk>")
-
-
 def test_kvpress_pipeline_prefill_pruning_matches_dmspress(surrogate):
     """RULER-style: context pruned under the press, short questions answered after it (two, to test cropping)."""
-    context = " ".join(f"w{i}" for i in _tokens(120, seed=7)[0].clamp(min=2).tolist())
+    context = " ".join(f"w{i}" for i in random_tokens(120, seed=7)[0].clamp(min=2).tolist())
     questions = ["w5 w6 w7", "w9 w10"]
     answers, ratios = [], []
     for press in (
-        KVzapPress(_scorer(surrogate), threshold=0.0, window=WINDOW),
-        KVzapPress(_scorer(surrogate), threshold=0.0, window=WINDOW, evict=False),
-        DMSPress(_scorer(surrogate), threshold=0.0, sliding_window_size=WINDOW),
+        KVzapPress(scorer(surrogate), threshold=0.0, window=WINDOW),
+        KVzapPress(scorer(surrogate), threshold=0.0, window=WINDOW, evict=False),
+        DMSPress(scorer(surrogate), threshold=0.0, sliding_window_size=WINDOW),
     ):
-        pipe = KVPressTextGenerationPipeline(model=_model("llama"), tokenizer=_tokenizer(), device="cpu")
+        pipe = KVPressTextGenerationPipeline(model=pruning_model("llama"), tokenizer=word_tokenizer(), device="cpu")
         answers.append(pipe(context, questions=questions, press=press, max_new_tokens=8)["answers"])
         ratios.append(press.compression_ratio)
     assert answers[0] == answers[1] == answers[2]
@@ -172,8 +111,8 @@ def test_kvpress_pipeline_prefill_pruning_matches_dmspress(surrogate):
 
 
 def test_ratio_breakdowns(model, surrogate):
-    press = KVzapPress(_scorer(surrogate), threshold=0.5, window=WINDOW)
-    _teacher_forced(model, press, _tokens(100, seed=8).repeat(2, 1), 100)
+    press = KVzapPress(scorer(surrogate), threshold=0.5, window=WINDOW)
+    _teacher_forced(model, press, random_tokens(100, seed=8).repeat(2, 1), 100)
     table = press.head_ratio_table
     assert table.shape == (SIZES["num_hidden_layers"], SIZES["num_key_value_heads"])
     assert press.sample_ratios.shape == (2,) and torch.allclose(press.sample_ratios, press.sample_ratios[:1])
@@ -185,16 +124,16 @@ def test_ratio_breakdowns(model, surrogate):
 def test_topk_per_head_and_per_layer_selection(surrogate):
     scores = torch.randn(1, 2, 100, generator=torch.Generator().manual_seed(9))
     scores[0, 0] += 3  # head 0 dominates: per-layer budgets move to it
-    head = TopKPerHeadPress(_scorer(surrogate), ratio=0.75, window=0).select(scores)
-    layer = TopKPerLayerPress(_scorer(surrogate), ratio=0.75, window=0).select(scores)
+    head = TopKPerHeadPress(scorer(surrogate), ratio=0.75, window=0).select(scores)
+    layer = TopKPerLayerPress(scorer(surrogate), ratio=0.75, window=0).select(scores)
     assert head.sum(-1).tolist() == [[25, 25]]
     assert layer.sum().item() == 50 and layer[0, 0].sum() > 25 and layer[0, 1].sum() >= int(0.2 * 25)
     assert layer[0, 1][scores[0, 1].topk(5).indices].all()  # the safeguard
 
 
 def test_topk_press_runs_with_a_window(model, surrogate):
-    press = TopKPerHeadPress(_scorer(surrogate), ratio=0.5, window=WINDOW)
-    _, cache = _teacher_forced(model, press, _tokens(116, seed=10), 116)
+    press = TopKPerHeadPress(scorer(surrogate), ratio=0.5, window=WINDOW)
+    _, cache = _teacher_forced(model, press, random_tokens(116, seed=10), 116)
     assert cache.layers[0].length.tolist() == [50, 50]
     assert press.compression_ratio == pytest.approx(50 / 116)
 
@@ -211,35 +150,35 @@ def test_topk_press_runs_with_a_window(model, surrogate):
 )
 def test_bad_arguments_are_refused(surrogate, kwargs, match):
     with pytest.raises(ValueError, match=match):
-        KVzapPress(_scorer(surrogate), **kwargs)
+        KVzapPress(scorer(surrogate), **kwargs)
 
 
 def test_a_model_whose_every_layer_slides_is_refused(surrogate):
-    model = _model("mistral", sliding_window=32)  # Mistral-7B v0.1's layout
+    model = pruning_model("mistral", sliding_window=32)  # Mistral-7B v0.1's layout
     with pytest.raises(NotImplementedError, match="every layer of this mistral model is sliding-window"):
-        with KVzapPress(_scorer(surrogate), threshold=0.0)(model):
-            model.generate(_tokens(40), max_new_tokens=2, pad_token_id=0)
+        with KVzapPress(scorer(surrogate), threshold=0.0)(model):
+            model.generate(random_tokens(40), max_new_tokens=2, pad_token_id=0)
 
 
 def test_mismatched_surrogate_is_refused(surrogate, tmp_path):
     Surrogate(32, 2, 2).save_pretrained(tmp_path)
     press = KVzapPress(str(tmp_path), threshold=-4.0)
     with pytest.raises(ValueError, match="does not match"):
-        with press(_model("llama")):
+        with press(pruning_model("llama")):
             pass
 
 
 def test_surrogate_loads_from_a_folder(surrogate, tmp_path):
     surrogate.save_pretrained(tmp_path)
     by_path = KVzapPress(str(tmp_path), threshold=0.0, window=WINDOW)
-    by_object = KVzapPress(_scorer(copy.deepcopy(surrogate)), threshold=0.0, window=WINDOW)
-    model, ids = _model("llama"), _tokens(64, seed=11)
+    by_object = KVzapPress(scorer(copy.deepcopy(surrogate)), threshold=0.0, window=WINDOW)
+    model, ids = pruning_model("llama"), random_tokens(64, seed=11)
     assert torch.equal(_teacher_forced(model, by_path, ids, 64)[0], _teacher_forced(model, by_object, ids, 64)[0])
 
 
 def test_precomputed_oracle_scores_drive_the_press():
     """An oracle's (layers, H, T) scores: exactly the entries below tau outside the window are dropped."""
-    model, ids = _model("qwen3"), _tokens(70, seed=12)
+    model, ids = pruning_model("qwen3"), random_tokens(70, seed=12)
     oracle = torch.randn(
         SIZES["num_hidden_layers"], SIZES["num_key_value_heads"], 60, generator=torch.Generator().manual_seed(13)
     )
@@ -250,7 +189,7 @@ def test_precomputed_oracle_scores_drive_the_press():
 
 
 def test_forward_without_cache_is_left_alone(surrogate):
-    model, ids = _model("llama"), _tokens(40, seed=14)
-    with KVzapPress(_scorer(surrogate), threshold=0.0, window=WINDOW)(model):
+    model, ids = pruning_model("llama"), random_tokens(40, seed=14)
+    with KVzapPress(scorer(surrogate), threshold=0.0, window=WINDOW)(model):
         pruned = model(ids, use_cache=False).logits
     assert torch.allclose(pruned, model(ids, use_cache=False).logits, atol=1e-6)

@@ -13,12 +13,12 @@ from transformers import AttentionInterface, DynamicCache
 from kvzap.evaluation import methods, presses
 from kvzap.pruning import KVzapPress, PrunedLayer, TopKPerHeadPress
 from kvzap.pruning.scorer_presses import PrecomputedScorerPress
-from test_pruning import SIZES, VOCAB, WINDOW, _model, _scorer, _tokenizer, _tokens, surrogate  # noqa: F401
+from tiny_pruning import SIZES, WINDOW, pruning_model, random_tokens, scorer, word_tokenizer
 
 
 @pytest.fixture(scope="module", params=["llama", "qwen3"])
 def model(request):
-    return _model(request.param)
+    return pruning_model(request.param)
 
 
 def _prefill(model, press, ids):
@@ -28,8 +28,8 @@ def _prefill(model, press, ids):
 
 @pytest.mark.parametrize("chunk", [48, 50, 199])
 def test_nothing_pruned_equals_one_forward(model, surrogate, chunk):
-    ids = _tokens(200)
-    press = KVzapPress(_scorer(surrogate), threshold=-math.inf, window=WINDOW, prefill_chunk=chunk)
+    ids = random_tokens(200)
+    press = KVzapPress(scorer(surrogate), threshold=-math.inf, window=WINDOW, prefill_chunk=chunk)
     cache = DynamicCache()
     with press(model):
         chunked = model(ids, past_key_values=cache).logits
@@ -39,15 +39,15 @@ def test_nothing_pruned_equals_one_forward(model, surrogate, chunk):
 
 
 def test_eviction_equals_masking(model, surrogate):
-    ids = _tokens(230, seed=3)
+    ids = random_tokens(230, seed=3)
     logits, ratios = [], []
     for evict in (True, False):
-        press = KVzapPress(_scorer(surrogate), threshold=0.0, window=WINDOW, evict=evict, prefill_chunk=40)
+        press = KVzapPress(scorer(surrogate), threshold=0.0, window=WINDOW, evict=evict, prefill_chunk=40)
         logits.append(_prefill(model, press, ids))
         ratios.append(press.compression_ratio)
     assert (logits[0] - logits[1]).abs().max() <= 1e-4
     assert ratios[0] == ratios[1] and 0.2 < ratios[0] < 0.8
-    whole = KVzapPress(_scorer(surrogate), threshold=0.0, window=WINDOW)
+    whole = KVzapPress(scorer(surrogate), threshold=0.0, window=WINDOW)
     assert (_prefill(model, whole, ids)[:, -1] - logits[0][:, -1]).abs().max() > 1e-3  # chunks saw a pruned cache
 
 
@@ -73,7 +73,7 @@ def test_release_positions():
 def test_equals_an_explicit_mask_reference():
     """Scores fixed in advance (an oracle's), so which entry each query sees is known: one whole-prompt forward
     with eager attention under that (layer, kv-head, query, key) mask must give the chunked prefill's logits."""
-    model, ids, chunk = _model("qwen3"), _tokens(150, seed=4), 32
+    model, ids, chunk = pruning_model("qwen3"), random_tokens(150, seed=4), 32
     layers, heads, length = SIZES["num_hidden_layers"], SIZES["num_key_value_heads"], ids.shape[1]
     scores = torch.randn(layers, heads, length, generator=torch.Generator().manual_seed(5))
     release = _release(length, chunk, WINDOW)
@@ -89,7 +89,7 @@ def test_equals_an_explicit_mask_reference():
         return (torch.softmax(logits, -1) @ v).transpose(1, 2), None
 
     AttentionInterface.register("chunk_reference", reference_attention)
-    reference_model = _model("qwen3")
+    reference_model = pruning_model("qwen3")
     reference_model.set_attn_implementation("chunk_reference")
     expected = reference_model(ids, use_cache=False).logits
     press = KVzapPress(PrecomputedScorerPress(scores=scores), threshold=0.0, window=WINDOW, prefill_chunk=chunk)
@@ -102,7 +102,7 @@ def test_equals_an_explicit_mask_reference():
 
 def _by_hand(model, surrogate, ids, chunk, **options):
     """The chunked schedule fed by hand: a first forward, then one forward per chunk judged as decoding would."""
-    press = KVzapPress(_scorer(surrogate), threshold=0.0, window=WINDOW, decoding=True, **options)
+    press = KVzapPress(scorer(surrogate), threshold=0.0, window=WINDOW, decoding=True, **options)
     cache = DynamicCache()
     with press(model):
         ends = _chunk_ends(ids.shape[1], chunk)
@@ -111,16 +111,16 @@ def _by_hand(model, surrogate, ids, chunk, **options):
 
 
 def test_equals_chunks_fed_by_hand(model, surrogate):
-    ids = _tokens(170, seed=6)
+    ids = random_tokens(170, seed=6)
     expected, _, by_hand = _by_hand(model, surrogate, ids, 64)
-    press = KVzapPress(_scorer(surrogate), threshold=0.0, window=WINDOW, prefill_chunk=64)
+    press = KVzapPress(scorer(surrogate), threshold=0.0, window=WINDOW, prefill_chunk=64)
     assert torch.equal(_prefill(model, press, ids), expected)
     assert press.compression_ratio == by_hand.compression_ratio
 
 
 def test_generate_prunes_the_prompt_in_chunks(surrogate):
-    model, ids, chunk = _model("llama"), _tokens(150, seed=7), 40
-    press = KVzapPress(_scorer(surrogate), threshold=0.0, window=WINDOW, prefill_chunk=chunk)
+    model, ids, chunk = pruning_model("llama"), random_tokens(150, seed=7), 40
+    press = KVzapPress(scorer(surrogate), threshold=0.0, window=WINDOW, prefill_chunk=chunk)
     with press(model):
         generated = model.generate(
             ids, attention_mask=torch.ones_like(ids), max_new_tokens=12, do_sample=False, pad_token_id=0
@@ -134,36 +134,36 @@ def test_generate_prunes_the_prompt_in_chunks(surrogate):
 
 
 def test_kvpress_pipeline_prunes_the_context_in_chunks(surrogate):
-    context = " ".join(f"w{i}" for i in _tokens(160, seed=8)[0].clamp(min=2).tolist())
+    context = " ".join(f"w{i}" for i in random_tokens(160, seed=8)[0].clamp(min=2).tolist())
     questions = ["w5 w6 w7", "w9 w10"]
     answers, ratios = [], []
     for evict in (True, False):
-        press = KVzapPress(_scorer(surrogate), threshold=0.0, window=WINDOW, evict=evict, prefill_chunk=48)
-        pipe = KVPressTextGenerationPipeline(model=_model("llama"), tokenizer=_tokenizer(), device="cpu")
+        press = KVzapPress(scorer(surrogate), threshold=0.0, window=WINDOW, evict=evict, prefill_chunk=48)
+        pipe = KVPressTextGenerationPipeline(model=pruning_model("llama"), tokenizer=word_tokenizer(), device="cpu")
         answers.append(pipe(context, questions=questions, press=press, max_new_tokens=8)["answers"])
         ratios.append(press.compression_ratio)
-    context_ids = _tokenizer().encode("<s>" + context, return_tensors="pt", add_special_tokens=False)  # as kvpress
-    _, _, by_hand = _by_hand(_model("llama"), surrogate, context_ids, 48)
+    context_ids = word_tokenizer().encode("<s>" + context, return_tensors="pt", add_special_tokens=False)  # as kvpress
+    _, _, by_hand = _by_hand(pruning_model("llama"), surrogate, context_ids, 48)
     assert answers[0] == answers[1] and ratios[0] == ratios[1] == by_hand.compression_ratio > 0.2
 
 
 def test_topk_press_keeps_its_share_of_each_chunk(surrogate):
-    press = TopKPerHeadPress(_scorer(surrogate), ratio=0.5, window=WINDOW, prefill_chunk=50)
-    model, cache = _model("llama"), DynamicCache()
+    press = TopKPerHeadPress(scorer(surrogate), ratio=0.5, window=WINDOW, prefill_chunk=50)
+    model, cache = pruning_model("llama"), DynamicCache()
     with press(model):
-        model(_tokens(166, seed=9), past_key_values=cache)
+        model(random_tokens(166, seed=9), past_key_values=cache)
     assert cache.layers[0].length.tolist() == [25 * 3] * 2  # chunks of 16, 50, 50, 50 leave 0, 50, 50, 50
 
 
 @pytest.mark.parametrize("chunk", [0, -8, True, 2.5, "64"])
 def test_bad_chunk_is_refused(surrogate, chunk):
     with pytest.raises(ValueError, match="prefill_chunk must be None or an integer >= 1"):
-        KVzapPress(_scorer(surrogate), threshold=0.0, prefill_chunk=chunk)
+        KVzapPress(scorer(surrogate), threshold=0.0, prefill_chunk=chunk)
 
 
 def test_right_padding_and_extra_outputs_are_refused_and_the_forward_restored(surrogate):
-    model, ids = _model("llama"), _tokens(80, seed=10)
-    press = KVzapPress(_scorer(surrogate), threshold=0.0, window=WINDOW, prefill_chunk=32)
+    model, ids = pruning_model("llama"), random_tokens(80, seed=10)
+    press = KVzapPress(scorer(surrogate), threshold=0.0, window=WINDOW, prefill_chunk=32)
     mask = torch.ones_like(ids)
     mask[:, -3:] = 0
     with press(model):

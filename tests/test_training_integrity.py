@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from kvzap.training import fit
-from test_collect_train import _synthetic_split
+from oracle_data import synthetic_split
 
 KWARGS = dict(epochs=6, lr=5e-3, batch_size=64, hidden_dim=8, device=torch.device("cpu"))
 
@@ -31,7 +31,7 @@ def _killed_in_epoch(monkeypatch, n: int) -> None:
 @pytest.mark.parametrize("change", [{"epochs": 2}, {"lr": 1e-3}, {"batch_size": 32}, {"hidden_dim": 4}, {"seed": 7}])
 def test_resume_with_other_settings_restarts(tmp_path, monkeypatch, capsys, change):
     """The issue: killed at epoch 4 of 6, rerun with 2 epochs, reported 2 epochs but held epochs 1-3."""
-    _synthetic_split(tmp_path / "train")
+    synthetic_split(tmp_path / "train")
     _killed_in_epoch(monkeypatch, 4)
     with pytest.raises(KeyboardInterrupt):
         fit.fit_mlp(tmp_path / "train", tmp_path / "b", **KWARGS)
@@ -52,7 +52,7 @@ def test_resume_with_other_settings_restarts(tmp_path, monkeypatch, capsys, chan
 
 
 def test_resume_with_other_training_data_restarts(tmp_path, monkeypatch, capsys):
-    _synthetic_split(tmp_path / "train")
+    synthetic_split(tmp_path / "train")
     _killed_in_epoch(monkeypatch, 3)
     with pytest.raises(KeyboardInterrupt):
         fit.fit_mlp(tmp_path / "train", tmp_path / "b", **KWARGS)
@@ -60,7 +60,7 @@ def test_resume_with_other_training_data_restarts(tmp_path, monkeypatch, capsys)
     for path in (tmp_path / "train").iterdir():
         path.unlink()
     (tmp_path / "train").rmdir()
-    _synthetic_split(tmp_path / "train", seed=1)  # recollected data, same shard names and sizes
+    synthetic_split(tmp_path / "train", seed=1)  # recollected data, same shard names and sizes
     resumed, history = fit.fit_mlp(tmp_path / "train", tmp_path / "b", **KWARGS)
     assert "made with different data" in capsys.readouterr().out
     fresh, fresh_history = fit.fit_mlp(tmp_path / "train", tmp_path / "c", **KWARGS)
@@ -70,7 +70,7 @@ def test_resume_with_other_training_data_restarts(tmp_path, monkeypatch, capsys)
 def test_each_epoch_shuffles_all_pairs_across_shards(tmp_path, monkeypatch):
     from kvzap.training.shards import ShardRows
 
-    _synthetic_split(tmp_path / "train", n=600, shard=200)
+    synthetic_split(tmp_path / "train", n=600, shard=200)
     gathered, real_gather = [], ShardRows.gather
     monkeypatch.setattr(
         ShardRows,
@@ -116,7 +116,7 @@ def _corrupt_tensor_bytes(path):
 @pytest.mark.parametrize("kind", ["ridge", "mlp"])
 def test_corrupted_shard_stops_training(tmp_path, kind):
     """The issue: random bytes in a shard's tensor data gave NaN surrogates and rc 0."""
-    _synthetic_split(tmp_path / "train")
+    synthetic_split(tmp_path / "train")
     _corrupt_tensor_bytes(tmp_path / "train" / "shard-00001.safetensors")
     with pytest.raises(ValueError, match=r"shard-00001.*Delete it and rerun the oracle stage"):
         if kind == "ridge":
@@ -129,7 +129,7 @@ def _split_with_a_non_finite_target(folder):
     """Shards that pass their checksum but hold an inf target (as an unguarded collection could write)."""
     from kvzap.training.shards import read_shard, write_shard
 
-    _synthetic_split(folder)
+    synthetic_split(folder)
     path = folder / "shard-00000.safetensors"
     shard = read_shard(path)
     shard["y"][5, 0, 1] = float("inf")
@@ -152,7 +152,7 @@ def test_mlp_stops_on_a_non_finite_loss(tmp_path):
 
 def test_mlp_stops_on_non_finite_weights(tmp_path):
     """One minibatch per epoch: the loss before the step is finite, the weights after it are not."""
-    _synthetic_split(tmp_path / "train")
+    synthetic_split(tmp_path / "train")
     with pytest.raises(FloatingPointError, match="diverged in epoch 1: the weights are no longer finite"):
         fit.fit_mlp(tmp_path / "train", tmp_path / "out", **{**KWARGS, "lr": float("inf"), "batch_size": 1024})
     assert not (tmp_path / "out" / "checkpoint.safetensors").exists()
@@ -162,7 +162,7 @@ def test_checkpoint_without_recorded_settings_is_discarded(tmp_path, capsys):
     """A checkpoint of an older kvzap (no settings in its header) cannot be trusted to match: restart."""
     from safetensors.torch import save_file
 
-    _synthetic_split(tmp_path / "train")
+    synthetic_split(tmp_path / "train")
     (tmp_path / "out").mkdir()
     save_file({"model.layers.0.0.weight": torch.zeros(8, 12)}, str(tmp_path / "out" / "checkpoint.safetensors"))
     _, history = fit.fit_mlp(tmp_path / "train", tmp_path / "out", **{**KWARGS, "epochs": 1})

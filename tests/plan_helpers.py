@@ -1,0 +1,24 @@
+"""The CI config and the Snakefile's parse-time steps, for tests that need a config the plan has accepted: one
+copy, so every test plans a config the way the workflow does."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import yaml
+from snakemake.utils import validate as fill_defaults
+
+from kvzap.plan import checks, schema
+
+ROOT = Path(__file__).resolve().parents[1]
+BASE = yaml.safe_load((ROOT / "config" / "ci.yaml").read_text())
+
+
+def planned(config: dict) -> dict:
+    """Validate, fill defaults and check, exactly as the Snakefile does."""
+    config = copy.deepcopy(config)
+    schema.validate(config, schema.SCHEMA)
+    fill_defaults(config, str(schema.SCHEMA))
+    checks.check(config)
+    return config
