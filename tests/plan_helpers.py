@@ -22,3 +22,11 @@ def planned(config: dict) -> dict:
     fill_defaults(config, str(schema.SCHEMA))
     checks.check(config)
     return config
+
+
+OVERLAYS = {"rehearsal.yaml": "paper.yaml"}  # a shipped overlay and the config it is merged on
+
+
+def config_files(name: str) -> list[Path]:
+    """The files a run of the shipped config `name` passes to --configfile: its base first, if it is an overlay."""
+    return [ROOT / "config" / base for base in [OVERLAYS.get(name)] if base] + [ROOT / "config" / name]

@@ -13,16 +13,13 @@ from kvzap.evaluation import job
 from kvzap.plan import commands, overlays, schema, sweep
 from kvzap.surrogate import settings
 from kvzap.training import collect, fit
+from plan_helpers import config_files
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-OVERLAYS = {"rehearsal.yaml": "paper.yaml"}  # an overlay and the config it is merged on
-
-
 def planned(name: str) -> dict:
-    files = [ROOT / "config" / OVERLAYS[name]] if name in OVERLAYS else []
-    config = overlays.load([*files, ROOT / "config" / name])
+    config = overlays.load(config_files(name))
     fill_defaults(config, str(schema.SCHEMA))
     return config
 

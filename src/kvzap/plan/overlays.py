@@ -15,7 +15,8 @@ def load(paths: list[Path]) -> dict:
     config: dict = {}
     for path in paths:
         try:
-            layer = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+            with Path(path).open(encoding="utf-8") as stream:  # a stream: a syntax error names the file and line
+                layer = yaml.safe_load(stream)
         except (OSError, UnicodeDecodeError) as err:
             raise ValueError(
                 f"Configuration file {path}: not a readable text file ({err}). Fix: pass a YAML file."

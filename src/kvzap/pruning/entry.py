@@ -27,8 +27,10 @@ def press_hooked_modules(model: PreTrainedModel) -> list:
 
 
 def _layers(model):
+    """The decoder layers of a causal LM; None for anything else, the decoder itself included (no LM head)."""
     try:
-        return decoder(model).layers
+        inner = decoder(model)
+        return None if inner is model else inner.layers
     except AttributeError:
         return None
 
