@@ -24,6 +24,7 @@ from kvzap.pruning import KVzapPress
 from records import output_file, positive_int, print_table
 
 COLUMNS = ["mode", "threshold", "kvzap_ratio", "per_layer_fill_ratio", "all_layers_fill_ratio", "max_over_mean"]
+COLUMNS += ["per_head_sequences", "per_layer_sequences", "all_layers_sequences"]
 
 
 def fills(kept: torch.Tensor) -> dict:
@@ -41,6 +42,13 @@ def fills(kept: torch.Tensor) -> dict:
 def mean_record(records: list[dict]) -> dict:
     keys = ["kvzap_ratio", "per_layer_fill_ratio", "all_layers_fill_ratio", "max_over_mean"]
     out = {k: sum(r[k] for r in records) / len(records) for k in keys}
+    # sequences held at a fixed KV memory, against the dense cache: 1 / the fraction of slots each layout keeps
+    for layout, ratio in (
+        ("per_head", "kvzap_ratio"),
+        ("per_layer", "per_layer_fill_ratio"),
+        ("all_layers", "all_layers_fill_ratio"),
+    ):
+        out[f"{layout}_sequences"] = 1 / (1 - out[ratio])
     layers = len(records[0]["max_over_mean_by_layer"])
     out["max_over_mean_by_layer"] = [
         sum(r["max_over_mean_by_layer"][i] for r in records) / len(records) for i in range(layers)

@@ -159,3 +159,21 @@ def test_settings_refuse_bad_values_by_name(section, message):
     with pytest.raises(ValueError, match="additional_config") as info:
         KVzapSettings.read({"kvzap": section})
     assert message in str(info.value)
+
+
+def test_the_plugin_readmes_step_0_table_is_the_record():
+    """Every row of the step-0 table in plugins/vllm/README.md is a row of the slot-fill records, as printed."""
+    records = []
+    for name in ("slot_fill.json", "slot_fill_high.json"):
+        records += json.loads((ROOT / "benchmarks" / "cpu" / name).read_text())["records"]
+    by_key = {(r["threshold"], r["mode"]): r for r in records}
+    text = (ROOT / "plugins" / "vllm" / "README.md").read_text(encoding="utf-8").split("| τ | mode |", 1)[1]
+    rows = [line.strip("|").split("|") for line in text.splitlines()[2:] if line.startswith("|")]
+    assert len(rows) == len(records)
+    for tau, mode, kvzap, per_layer, one_table, sequences in rows:
+        record = by_key[(float(tau.replace("−", "-")), mode.strip())]
+        assert [float(kvzap), float(per_layer), float(one_table)] == pytest.approx(
+            [record["kvzap_ratio"], record["per_layer_fill_ratio"], record["all_layers_fill_ratio"]], abs=5e-4
+        )
+        held = [1 / (1 - record[k]) for k in ("kvzap_ratio", "per_layer_fill_ratio", "all_layers_fill_ratio")]
+        assert [float(x.strip().rstrip("×")) for x in sequences.split("/")] == pytest.approx(held, abs=0.005)
