@@ -4,6 +4,9 @@ loads it (a folder, our Hub repos or nvidia/KVzap-*), checks it against the mode
 
 from __future__ import annotations
 
+import math
+
+from vllm.logger import init_logger
 from vllm.model_executor.models.llama import LlamaForCausalLM
 
 from kvzap.surrogate.model import Surrogate
@@ -11,6 +14,8 @@ from kvzap_vllm.architectures import ARCHITECTURES
 from kvzap_vllm.refusals import refusal
 from kvzap_vllm.scoring import Scorer
 from kvzap_vllm.settings import KVzapSettings
+
+logger = init_logger(__name__)
 
 
 def attach_scorer(model, vllm_config, architecture: str) -> Scorer | None:
@@ -21,6 +26,11 @@ def attach_scorer(model, vllm_config, architecture: str) -> Scorer | None:
     reason = refusal(vllm_config, architecture, tuple(ARCHITECTURES))
     if reason:
         raise ValueError(f"KVzap cannot serve this engine: {reason}.")
+    if settings.threshold > -math.inf:
+        logger.warning(
+            "KVzap: this plugin version scores but does not prune: threshold %s removes no entry and frees no block.",
+            settings.threshold,
+        )
     surrogate = Surrogate.from_pretrained(settings.surrogate)
     surrogate.check_matches(vllm_config.model_config.hf_config)
     decoder = model.model
