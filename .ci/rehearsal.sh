@@ -21,12 +21,14 @@ rm -rf results/rehearsal
 # A regex of cells allowed to fail for a reason outside kvzap (none today: kvpress's PyramidKV, whose layers keep
 # different lengths, runs under kvzap's attention); any other failed cell fails the rehearsal.
 KNOWN_FAILURES=${KVZAP_KNOWN_FAILURES:-}
+# the paper config and the overlay that makes it small, merged as Snakemake merges --configfile files
+CONFIGS=(config/paper.yaml config/rehearsal.yaml)
 
 if [[ ${1:-} == --local ]]; then
-  run() { snakemake all --cores 2 --keep-going --configfile config/paper.yaml config/rehearsal.yaml "$@"; }
+  run() { snakemake all --cores 2 --keep-going --configfile "${CONFIGS[@]}" "$@"; }
 else
   run() {
-    snakemake all --profile slurm --keep-going --configfile config/paper.yaml config/rehearsal.yaml "$@" --slurm-init-seconds-before-status-checks 2 \
+    snakemake all --profile slurm --keep-going --configfile "${CONFIGS[@]}" "$@" --slurm-init-seconds-before-status-checks 2 \
       --latency-wait 5 --retries 0
   }
 fi
@@ -59,12 +61,12 @@ sys.exit(1 if unknown else 0)
 EOF_PY
 
 # Every table and figure of the paper config, by name.
-python - <<'EOF_PY' || fail "missing outputs"
+python - "${CONFIGS[@]}" <<'EOF_PY' || fail "missing outputs"
 import sys
 from pathlib import Path
 from kvzap.plan import overlays
 from kvzap.report.outputs import TABLES
-config = overlays.load([Path("config/paper.yaml"), Path("config/rehearsal.yaml")])
+config = overlays.load([Path(p) for p in sys.argv[1:]])
 root = Path(config["results"])
 expected = [root / "tables" / f"{name}.csv" for name in TABLES]
 expected += [root / "tables" / f for f in ("results.md", "provenance.json")]

@@ -118,7 +118,10 @@ def _engine_config(**changes):
     )
     for key, value in changes.items():
         owner, _, name = key.partition("__")
-        setattr(getattr(config, owner), name, value) if name else setattr(config, owner, value)
+        if name:
+            setattr(getattr(config, owner), name, value)
+        else:
+            setattr(config, owner, value)
     return config
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields
 
-WINDOW = 128  # the paper's protected window: kvzap.window.WINDOW, repeated here only as the default a user may set
+from kvzap.window import WINDOW
 
 
 @dataclass(frozen=True)
@@ -14,7 +14,7 @@ class KVzapSettings:
     surrogate: str  # a surrogate folder or Hub id, as KVzapPress loads it (ours or nvidia/KVzap-*)
     threshold: float = -math.inf  # keep an entry iff its predicted log score >= threshold
     window: int = WINDOW  # the most recent tokens are always kept
-    record_scores: bool = False  # keep every forward's scores on the model (kvzap_scores), for inspection
+    record_scores: bool = False  # keep every forward's scores on the model (model.kvzap.scores), for inspection
 
     @classmethod
     def read(cls, additional_config) -> KVzapSettings | None:
