@@ -16,6 +16,7 @@ LIBRARY = (
     "kvzap.families",
     "kvzap.layer_types",
     "kvzap.window",
+    "kvzap.fill",
     "kvzap.dtypes",
     "kvzap.atomic",
 )

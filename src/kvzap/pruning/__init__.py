@@ -15,6 +15,9 @@ KVzapPress(scorer, threshold, window=128, decoding=False, *, evict=True, check_b
                nvidia/KVzap-{kind}-<model> repo name); attaching to another model (its config's
                `kvzap_model_id`, else a Hub-id `name_or_path`) is refused unless this is False.
     prefill_chunk  None prefills in one forward; N prefills N tokens at a time, pruning between chunks.
+KVzapLayerFillPress(scorer, threshold, window=128, decoding=False, ...)
+    KVzapPress as an engine whose slots hold every KV head of a token serves it (the vLLM plugin): at each
+    judgement every head of a layer keeps as many entries as its most-keeping head, the others their next-best.
 TopKPerHeadPress(scorer, ratio, window=128, *, evict=True, check_base_model=True, prefill_chunk=None)
 TopKPerLayerPress(scorer, ratio, window=128, *, evict=True, check_base_model=True, prefill_chunk=None, safeguard=0.2)
     the paper's fixed-budget ablations (prefill only): each removes `ratio` of the tokens leaving the window.
@@ -50,10 +53,12 @@ Threshold calibration (prefill ratios; one forward per text), from Python with
 
 from kvzap.pruning.cache import MaskedLayer, PrunedLayer, held_kv_bytes
 from kvzap.pruning.kvzap_press import KVzapPress
+from kvzap.pruning.layer_fill_press import KVzapLayerFillPress
 from kvzap.pruning.scorer_presses import PrecomputedScorerPress, SurrogateScorerPress
 from kvzap.pruning.topk_presses import TopKPerHeadPress, TopKPerLayerPress
 
 __all__ = [
+    "KVzapLayerFillPress",
     "KVzapPress",
     "MaskedLayer",
     "PrecomputedScorerPress",

@@ -1,21 +1,21 @@
 """The model overrides: each subclasses vLLM's own class for an architecture and, when the engine's
 additional_config has a `kvzap` section, refuses what KVzap cannot serve under, loads the surrogate as KVzapPress
-loads it (a folder, our Hub repos or nvidia/KVzap-*), checks it against the model and attaches the scorer."""
+loads it (a folder, our Hub repos or nvidia/KVzap-*), checks it against the model and attaches the scorer. With a
+finite threshold it also sets the engine up to prune: one KV cache group per layer, the worker's compaction and the
+pruning scheduler (the model is built before the KV cache and the scheduler, in the same process)."""
 
 from __future__ import annotations
 
-import math
-
-from vllm.logger import init_logger
 from vllm.model_executor.models.llama import LlamaForCausalLM
 
 from kvzap.surrogate.model import Surrogate
+from kvzap_vllm import groups, pruner
 from kvzap_vllm.architectures import ARCHITECTURES
-from kvzap_vllm.refusals import refusal
+from kvzap_vllm.refusals import pruning_refusal, refusal
 from kvzap_vllm.scoring import Scorer
-from kvzap_vllm.settings import KVzapSettings
+from kvzap_vllm.settings import KVzapSettings, prunes
 
-logger = init_logger(__name__)
+SCHEDULER = "kvzap_vllm.scheduler.KVzapScheduler"
 
 
 def attach_scorer(model, vllm_config, architecture: str) -> Scorer | None:
@@ -24,19 +24,20 @@ def attach_scorer(model, vllm_config, architecture: str) -> Scorer | None:
     if settings is None:
         return None
     reason = refusal(vllm_config, architecture, tuple(ARCHITECTURES))
+    if prunes(vllm_config):
+        reason = reason or pruning_refusal(vllm_config, SCHEDULER)
     if reason:
         raise ValueError(f"KVzap cannot serve this engine: {reason}.")
-    if settings.threshold > -math.inf:
-        logger.warning(
-            "KVzap: this plugin version scores but does not prune: threshold %s removes no entry and frees no block.",
-            settings.threshold,
-        )
     surrogate = Surrogate.from_pretrained(settings.surrogate)
     surrogate.check_matches(vllm_config.model_config.hf_config)
     decoder = model.model
     layers = range(decoder.start_layer, decoder.end_layer)  # this pipeline stage's layers
-    scorer = Scorer(surrogate, settings.record_scores)
+    scorer = Scorer(surrogate, settings)
     scorer.attach({i: decoder.layers[i].self_attn for i in layers})
+    if prunes(vllm_config):
+        groups.install()
+        pruner.install()
+        vllm_config.scheduler_config.scheduler_cls = SCHEDULER
     return scorer
 
 

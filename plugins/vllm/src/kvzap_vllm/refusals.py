@@ -18,3 +18,27 @@ def refusal(vllm_config, architecture: str, supported: tuple[str, ...]) -> str |
     if not vllm_config.model_config.enforce_eager:
         return "CUDA graphs / torch.compile are on: start the engine with --enforce-eager (enforce_eager=True)"
     return None
+
+
+def pruning_refusal(vllm_config, scheduler: str) -> str | None:
+    """Why this engine can score but not prune, or None. The compaction runs in the worker and the block accounting
+    in the scheduler, which share one process (kvzap_vllm.ledger) and must see each step's result before the next
+    step is scheduled; the compaction addresses the CPU attention backend's block layout."""
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_cpu():
+        return "pruning runs on vLLM's CPU backend in this version (threshold -inf scores on any backend)"
+    parallel = vllm_config.parallel_config
+    if parallel.world_size > 1 or parallel.data_parallel_size > 1:
+        return "tensor, pipeline or data parallelism is configured: pruning needs one worker in the engine's process"
+    if parallel.distributed_executor_backend not in (None, "uni"):
+        return (
+            f"the {parallel.distributed_executor_backend!r} executor runs workers in other processes: start the engine "
+            'with --distributed-executor-backend uni (distributed_executor_backend="uni")'
+        )
+    if vllm_config.scheduler_config.async_scheduling:
+        return "async scheduling is on: start the engine with --no-async-scheduling (async_scheduling=False)"
+    custom = vllm_config.scheduler_config.scheduler_cls
+    if custom not in (None, scheduler) and not str(custom).endswith(".Scheduler"):
+        return f"a custom scheduler ({custom}) is configured: pruning brings its own ({scheduler})"
+    return None

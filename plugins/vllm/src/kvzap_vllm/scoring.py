@@ -8,14 +8,17 @@ from __future__ import annotations
 import torch
 
 from kvzap.surrogate.model import Surrogate
+from kvzap_vllm.settings import KVzapSettings
 
 
 class Scorer:
-    """Predicted log scores (tokens, KV heads) per layer of every forward; kept on `scores` when recording."""
+    """Predicted log scores (tokens, KV heads) per layer of every forward: the last on `latest`, all on `scores`
+    when recording."""
 
-    def __init__(self, surrogate: Surrogate, record: bool):
-        self.surrogate, self.record = surrogate, record
+    def __init__(self, surrogate: Surrogate, settings: KVzapSettings):
+        self.surrogate, self.settings, self.record = surrogate, settings, settings.record_scores
         self.scores: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = {}  # layer -> [(positions, scores)]
+        self.latest: dict[int, torch.Tensor] = {}  # layer -> the last forward's scores, which the pruning judges
 
     def attach(self, attention_modules: dict[int, torch.nn.Module]) -> None:
         for index, module in attention_modules.items():
@@ -25,6 +28,7 @@ class Scorer:
         def score(module, args, kwargs):
             h, positions = kwargs["hidden_states"], kwargs["positions"]
             predicted = self.surrogate.layer_like(index, h, in_place=True)(h)  # (tokens, H_kv)
+            self.latest[index] = predicted
             if self.record:  # copies: vLLM reuses its position and activation buffers
                 self.scores.setdefault(index, []).append(
                     (positions.to("cpu", copy=True), predicted.to("cpu", torch.float32, copy=True))

@@ -42,3 +42,10 @@ class KVzapSettings:
         if not isinstance(record, bool):
             raise ValueError(f'additional_config["kvzap"]["record_scores"]: true or false, got {record!r}.')
         return cls(section["surrogate"], float(threshold), window, record)
+
+
+def prunes(vllm_config) -> bool:
+    """Whether the engine prunes (a kvzap section with a finite threshold); at -inf the plugin only scores, and the
+    engine keeps vLLM's own cache layout."""
+    settings = KVzapSettings.read(vllm_config.additional_config)
+    return settings is not None and settings.threshold > -math.inf

@@ -1,0 +1,225 @@
+"""The worker side of the pruning, on vLLM's CPU attention backend. Each layer is its own KV cache group (one block
+table per layer, kvzap_vllm.groups), and each layer's entries are packed at the front of its blocks:
+
+- after a forward, the tokens that left the window are judged with the fill policy (kvzap.fill.layer_fill: every
+  head of a layer keeps as many as its most-keeping head), the kept entries are moved in place to the front slots,
+  the layer's block table is cut to the blocks they fill, and the counts go to the scheduler (kvzap_vllm.ledger);
+- before a forward, each layer's attention gets its own sequence lengths (kept + window + new) and write slots.
+
+A slot holds one entry per KV head, and the heads of a layer may hold different tokens in the same slot: attention
+over a (request, head) is a sum over its entries in any order, and the keys are cached already rotated, so the
+tokens' positions stay their own. A prompt is judged once its prefill is complete (chunked or not), as the
+transformers press judges a one-forward prefill; then one token leaves the window per decoding step, and a dropped
+one's slot takes the newest token (one entry moved, not the window)."""
+
+from __future__ import annotations
+
+import re
+from copy import copy
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from vllm.utils.math_utils import cdiv
+from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+from kvzap.fill import layer_fill
+from kvzap_vllm.layout import entry_offsets
+from kvzap_vllm.ledger import LEDGER
+from kvzap_vllm.settings import prunes
+
+
+def _layer_index(layer_names: list[str]) -> int:
+    found = re.search(r"layers\.(\d+)\.", layer_names[0]) if len(layer_names) == 1 else None
+    if found is None:
+        raise ValueError(f"KVzap needs one attention layer per KV cache group, got a group of {layer_names}.")
+    return int(found.group(1))
+
+
+@dataclass
+class RequestPruning:
+    """One request: per group the entries removed, the scores of its unjudged tokens, and (from its first judgement
+    on) the slot of each unjudged position, at position % ring."""
+
+    removed: np.ndarray  # (G,) int64
+    pending: torch.Tensor  # (G, H, seen - judged) scores
+    judged: int = 0  # positions below are settled
+    slots: np.ndarray | None = None  # (G, ring); None while every layer still holds position p at slot p
+
+
+class Pruner:
+    def __init__(self, runner: GPUModelRunner, threshold: float, window: int):
+        self.runner, self.threshold, self.window, self.ring = runner, threshold, window, window + 2
+        self.scorer = runner.model.kvzap
+        groups = runner.kv_cache_config.kv_cache_groups
+        self.layers = [_layer_index(group.layer_names) for group in groups]
+        context = runner.compilation_config.static_forward_context
+        caches = [context[group.layer_names[0]].kv_cache for group in groups]
+        self.block_size = groups[0].kv_cache_spec.block_size
+        self.heads = caches[0].shape[1]
+        # each head's block as flat memory, and where a token slot's entry lies in it (the kernel's own layout)
+        self.caches = [cache.view(cache.shape[0], self.heads, -1) for cache in caches]
+        self.offsets = entry_offsets(context[groups[0].layer_names[0]], caches[0][:1])  # (block_size, 2 * head_dim)
+        self.states: dict[str, RequestPruning] = {}
+        self._rows: torch.Tensor | None = None  # (G, requests) removed per group, in this step's batch order
+        table = runner.input_batch.block_table
+        self._slot_mapping_of = table.compute_slot_mapping
+        table.compute_slot_mapping = self._slot_mapping
+        for gid, attention_groups in enumerate(runner.attn_groups):
+            for attention_group in attention_groups:
+                builder = attention_group.get_metadata_builder(0)
+                builder.build = self._lengths(gid, builder.build)
+        self._execute_model = runner.execute_model
+        runner.execute_model = self._execute
+
+    # before the forward -------------------------------------------------------------------------------------------
+    def _slot_mapping(self, num_reqs: int, query_start_loc: torch.Tensor, positions: torch.Tensor) -> None:
+        """Each group writes its new tokens after its own held entries: slot index = position - removed."""
+        rows = np.zeros((len(self.layers), num_reqs), np.int64)
+        for row, request_id in enumerate(self.runner.input_batch.req_ids[:num_reqs]):
+            state = self.states.get(request_id)
+            if state is not None:
+                rows[:, row] = state.removed
+        if not rows.any():
+            self._rows = None
+            return self._slot_mapping_of(num_reqs, query_start_loc, positions)
+        self._rows = torch.from_numpy(rows)
+        counts = (query_start_loc[1 : num_reqs + 1] - query_start_loc[:num_reqs]).long()
+        per_token = self._rows.repeat_interleave(counts.cpu(), dim=1)  # (G, tokens)
+        for gid, table in enumerate(self.runner.input_batch.block_table.block_tables):
+            table.compute_slot_mapping(num_reqs, query_start_loc, positions - per_token[gid].to(positions))
+        return None
+
+    def _lengths(self, gid: int, build):
+        """The group's attention reads held entries only: seq_lens minus what the layer removed."""
+
+        def build_with_lengths(common_prefix_len, common_attn_metadata, *args, **kwargs):
+            if self._rows is not None and self._rows[gid].any():
+                common_attn_metadata = copy(common_attn_metadata)
+                seq_lens = common_attn_metadata.seq_lens.clone()
+                removed = self._rows[gid].to(seq_lens)
+                seq_lens[: removed.shape[0]] -= removed
+                common_attn_metadata.seq_lens = seq_lens
+                common_attn_metadata.max_seq_len = int(seq_lens.max())
+            return build(common_prefix_len, common_attn_metadata, *args, **kwargs)
+
+        return build_with_lengths
+
+    # the step ---------------------------------------------------------------------------------------------------
+    def _execute(self, scheduler_output, *args, **kwargs):
+        gone = set(scheduler_output.finished_req_ids) | set(scheduler_output.preempted_req_ids or ())
+        gone |= set(scheduler_output.scheduled_cached_reqs.resumed_req_ids)  # recomputed from scratch
+        for request_id in gone:
+            self.states.pop(request_id, None)
+        try:
+            output = self._execute_model(scheduler_output, *args, **kwargs)
+            self._judge(scheduler_output.num_scheduled_tokens)
+        finally:
+            self._rows = None
+        return output
+
+    # after the forward ------------------------------------------------------------------------------------------
+    def _judge(self, scheduled: dict[str, int]) -> None:
+        batch = self.runner.input_batch
+        scores = torch.stack([self.scorer.latest[layer] for layer in self.layers]).float()  # (G, tokens, H)
+        moves: list[tuple[int, int, int, int, int]] = []  # (group, source block, offset, target block, offset)
+        offset = 0
+        for request_id in batch.req_ids:
+            count = scheduled.get(request_id, 0)
+            request = self.runner.requests[request_id]
+            new = scores[:, offset : offset + count].transpose(1, 2)  # (G, H, count)
+            offset += count
+            state = self.states.get(request_id)
+            if state is None:
+                state = self.states[request_id] = RequestPruning(np.zeros(len(self.layers), np.int64), new)
+            else:
+                state.pending = torch.cat([state.pending, new], -1)
+            seen = request.num_computed_tokens + count
+            if state.slots is not None:  # the new tokens' slots: after each layer's held entries
+                for position in range(seen - count, seen):
+                    state.slots[:, position % self.ring] = position - state.removed
+            leaving = seen - state.judged - self.window
+            if seen < request.num_tokens or leaving <= 0:  # a prefill in progress, or nothing out of the window yet
+                continue
+            if state.slots is None:
+                self._judge_prompt(state, request.block_ids, leaving, seen)
+            elif leaving == 1:
+                moves += self._judge_one(state, request.block_ids, seen)
+            else:
+                raise RuntimeError(f"KVzap: {leaving} tokens left the window in one decoding step of {request_id}.")
+            self._cut_block_tables(request_id, request.block_ids, state, seen)
+            LEDGER.post(request_id, state.removed)
+        self._move(moves)
+
+    def _judge_prompt(self, state: RequestPruning, block_ids, leaving: int, seen: int) -> None:
+        """The first judgement, over a layout where every layer holds position p at slot p: each head's kept
+        tokens go to the front slots (in position order), then the window's tokens."""
+        keep = layer_fill(state.pending[:, :, :leaving], self.threshold)  # (G, H, leaving)
+        kept = keep[:, 0].sum(-1).tolist()  # the same count for every head of a group
+        heads = torch.arange(self.heads)[:, None, None]
+        for gid, count in enumerate(kept):
+            # each head's kept positions in order: a stable sort of dropped-after-kept
+            chosen = torch.argsort((~keep[gid]).to(torch.int8), dim=-1, stable=True)[:, :count]
+            window = torch.arange(leaving, seen).expand(self.heads, -1)
+            source = torch.cat([chosen, window], -1)  # (H, count + window)
+            target = torch.arange(source.shape[1]).expand(self.heads, -1)
+            blocks = torch.tensor(block_ids[gid])
+            cache = self.caches[gid]
+            entries = cache[blocks[source // self.block_size, None], heads, self.offsets[source % self.block_size]]
+            cache[blocks[target // self.block_size, None], heads, self.offsets[target % self.block_size]] = entries
+        state.removed += leaving - np.array(kept, np.int64)
+        state.pending = state.pending[:, :, leaving:]
+        state.judged = leaving
+        state.slots = np.zeros((len(self.layers), self.ring), np.int64)
+        for position in range(leaving, seen):
+            state.slots[:, position % self.ring] = position - state.removed
+
+    def _judge_one(self, state: RequestPruning, block_ids, seen: int) -> list[tuple[int, int, int, int, int]]:
+        """One token leaves the window: a layer keeps it for every head iff a head scores it >= threshold; a layer
+        that drops it moves its newest token into the freed slot."""
+        position, newest = state.judged, seen - 1
+        keep = layer_fill(state.pending[:, :, :1], self.threshold)[:, 0, 0].numpy()  # (G,)
+        moves = []
+        for gid in np.flatnonzero(~keep).tolist():
+            freed, last = int(state.slots[gid, position % self.ring]), newest - int(state.removed[gid])
+            if freed != last:
+                source, target = block_ids[gid][last // self.block_size], block_ids[gid][freed // self.block_size]
+                moves.append((gid, source, last % self.block_size, target, freed % self.block_size))
+                state.slots[gid, newest % self.ring] = freed
+        state.removed += ~keep
+        state.pending = state.pending[:, :, 1:]
+        state.judged += 1
+        return moves
+
+    def _move(self, moves: list[tuple[int, int, int, int, int]]) -> None:
+        """One indexed copy per group of every (request's) moved entry, all heads at once."""
+        if not moves:
+            return
+        table = torch.tensor(moves)
+        for gid in table[:, 0].unique().tolist():
+            rows = table[table[:, 0] == gid]
+            cache = self.caches[gid]
+            cache[rows[:, 3, None], :, self.offsets[rows[:, 4]]] = cache[rows[:, 1, None], :, self.offsets[rows[:, 2]]]
+
+    def _cut_block_tables(self, request_id: str, block_ids, state: RequestPruning, seen: int) -> None:
+        """The worker's copy of the cut the scheduler makes (KVzapManager.shrink): blocks past the held entries."""
+        row = self.runner.input_batch.req_id_to_index[request_id]
+        tables = self.runner.input_batch.block_table.block_tables
+        for gid, removed in enumerate(state.removed.tolist()):
+            keep = cdiv(seen - removed, self.block_size)
+            del block_ids[gid][keep:]
+            tables[gid].num_blocks_per_row[row] = keep
+
+
+_ORIGINAL = GPUModelRunner.initialize_kv_cache
+
+
+def initialize_kv_cache(self, kv_cache_config, is_profiling: bool = False, *args, **kwargs):
+    _ORIGINAL(self, kv_cache_config, is_profiling, *args, **kwargs)
+    scorer = getattr(self.model, "kvzap", None)
+    if scorer is not None and prunes(self.vllm_config) and not is_profiling:
+        self.kvzap_pruner = Pruner(self, scorer.settings.threshold, scorer.settings.window)
+
+
+def install() -> None:
+    GPUModelRunner.initialize_kv_cache = initialize_kv_cache

@@ -1,0 +1,25 @@
+"""The scheduler of a pruning engine: before each step it returns the blocks the last step's compaction emptied
+(kvzap_vllm.ledger), so admission and preemption see every request's pruned footprint."""
+
+from __future__ import annotations
+
+from vllm.v1.core.sched.scheduler import Scheduler
+
+from kvzap_vllm.ledger import LEDGER
+from kvzap_vllm.manager import KVzapManager
+
+
+class KVzapScheduler(Scheduler):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.kvzap_managers = [KVzapManager.adopt(m) for m in self.kv_cache_manager.coordinator.single_type_managers]
+        self.kvzap_freed_blocks = 0
+
+    def schedule(self, *args, **kwargs):
+        for request_id, removed in LEDGER.drain().items():
+            request = self.requests.get(request_id)
+            if request is None or request.is_finished():
+                continue
+            for manager, count in zip(self.kvzap_managers, removed.tolist()):
+                self.kvzap_freed_blocks += manager.shrink(request_id, count, request.num_computed_tokens)
+        return super().schedule(*args, **kwargs)

@@ -1,0 +1,18 @@
+"""The fill policy of an engine whose cache slots hold every KV head of a token (vLLM's paged blocks): at each
+judgement, every head of a layer keeps n = the most entries any head keeps (score >= threshold), and the heads under n
+keep their next-best entries, so nothing KVzap keeps is dropped and the layer's heads stay the same length. Torch only:
+the transformers press and the vLLM plugin both judge with this one function, so their verdicts agree."""
+
+from __future__ import annotations
+
+import torch
+
+
+def layer_fill(scores: torch.Tensor, threshold: float) -> torch.Tensor:
+    """scores (..., H, m) of the m tokens one judgement settles -> keep (..., H, m) bool.
+
+    Each head keeps its n best tokens, n the most any head scores >= threshold; ties go to the older token."""
+    n = (scores >= threshold).sum(-1).amax(-1, keepdim=True)  # (..., 1): the layer's count this judgement
+    order = scores.argsort(dim=-1, descending=True, stable=True)
+    rank = torch.empty_like(order).scatter_(-1, order, torch.arange(scores.shape[-1]).expand_as(order))
+    return rank < n.unsqueeze(-1)
