@@ -18,6 +18,7 @@ import torch
 
 from kvzap.introspection import attention_modules
 from kvzap.prepare import models
+from kvzap.pruning import KVzapLayerFillPress
 from kvzap.surrogate.model import Surrogate
 from tiny_models import TEXT
 
@@ -50,13 +51,16 @@ def demo(tmp_path_factory):
     )
 
 
-def run_engine(demo, name: str, prompts, kvzap: dict | None = None, engine: dict | None = None) -> dict:
+def run_engine(
+    demo, name: str, prompts, kvzap: dict | None = None, engine: dict | None = None, extra: tuple = ()
+) -> dict:
     (demo.folder / f"{name}.prompts.json").write_text(json.dumps(prompts))
     out = demo.folder / f"{name}.json"
     command = [str(VLLM_PYTHON), str(ROOT / "tests" / "vllm" / "run_engine.py"), "--model", demo.hf]
     command += ["--prompts", str(demo.folder / f"{name}.prompts.json"), "--out", str(out)]
     command += ["--kvzap", json.dumps(kvzap)] if kvzap else []
     command += ["--engine", json.dumps(engine)] if engine else []
+    command += list(extra)
     result = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-4000:]
     return json.loads(out.read_text())
@@ -95,6 +99,49 @@ def test_scores_inside_vllm_equal_the_surrogates_on_transformers_attention_input
         assert torch.equal(positions, torch.arange(ids.shape[1]))  # the prefill, then one token per step
         expected = demo.surrogate.score_layer(layer, inputs[layer][None])[0].T  # (tokens, H_kv)
         assert torch.allclose(got, expected, atol=2e-4, rtol=1e-4), (layer, (got - expected).abs().max())
+
+
+@needs_vllm
+def test_pruning_in_vllm_generates_the_transformers_tokens_and_frees_the_blocks(demo):
+    """At a fixed threshold the engine prunes as KVzapLayerFillPress (the same fill policy) does in transformers: the
+    same greedy tokens, the same entries removed per (request, layer), and each layer holds exactly the blocks its
+    kept entries fill. The prompts cover a prompt judged at prefill and one judged only while decoding."""
+    prompts = [demo.prompts[0], demo.prompts[0][100:], demo.prompts[1]]
+    new_tokens = 150  # past the window for the short prompt too
+    ids = torch.tensor([demo.prompts[0]])
+    with torch.no_grad():
+        hidden = {}
+        hooks = [
+            m.register_forward_pre_hook(lambda m, a, k, i=i: hidden.__setitem__(i, k["hidden_states"]), with_kwargs=True)
+            for i, m in enumerate(attention_modules(demo.model))
+        ]
+        demo.model(ids)
+        for hook in hooks:
+            hook.remove()
+        scores = torch.cat([demo.surrogate.score_layer(i, h).flatten() for i, h in hidden.items()])
+    tau = scores.quantile(0.6).item()  # every head keeps ~40 %: the fill policy keeps more, KVzap's ratio less
+    settings = {"surrogate": str(demo.folder / "surrogate"), "threshold": tau}
+    extra = ("--max-tokens", str(new_tokens), "--ignore-eos")
+    record = run_engine(demo, "pruned", prompts, settings, {"block_size": 32}, extra)
+
+    size, last = record["block_size"], {}
+    for request, group, removed, seen, held in record["shrinks"]:
+        assert held == -(-(seen - removed) // size)  # exactly the blocks the kept entries fill
+        last[request, group] = (held, -(-seen // size))
+    held, dense = (sum(x) for x in zip(*last.values()))
+    assert held < 0.9 * dense, (held, dense)  # fewer blocks than the dense cache would hold
+    assert record["blocks"]["free_after"] == record["blocks"]["total"] - 1  # all back but vLLM's null block
+    for row, prompt in enumerate(prompts):
+        press = KVzapLayerFillPress(str(demo.folder / "surrogate"), threshold=tau, decoding=True)
+        with torch.no_grad(), press(demo.model):
+            out = demo.model.generate(
+                torch.tensor([prompt]), max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False
+            )
+        assert record["tokens"][row] == out[0, len(prompt) :].tolist(), row
+        removed = {layer: counts[0][0] for layer, counts in press.removed_counts.items()}  # (H,) per layer
+        assert [int(removed[layer][0]) for layer in sorted(removed)] == record["removed"][str(row)], row
+        assert all(bool((removed[layer] == removed[layer][0]).all()) for layer in removed)  # one count per layer
+        assert 0 < press.compression_ratio < 0.9, press.compression_ratio  # it pruned, decoding too
 
 
 @needs_vllm

@@ -17,8 +17,10 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=16)
     parser.add_argument("--kvzap", default=None, help='JSON of additional_config["kvzap"]')
     parser.add_argument("--engine", default="{}", help="JSON of more LLM(...) arguments")
+    parser.add_argument("--ignore-eos", action="store_true", help="generate exactly --max-tokens tokens")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
+    shrinks, posts = record_pruning() if args.kvzap else ([], {})
 
     from vllm import LLM, SamplingParams, TokensPrompt
 
@@ -35,14 +37,45 @@ def main() -> None:
     has_scorer = llm.apply_model(lambda model: getattr(model, "kvzap", None) is not None)[0]
     if has_scorer:
         llm.apply_model(lambda model: model.kvzap.clear())
-    outputs = llm.generate(prompts, SamplingParams(temperature=0, max_tokens=args.max_tokens), use_tqdm=False)
+    sampling = SamplingParams(temperature=0, max_tokens=args.max_tokens, ignore_eos=args.ignore_eos)
+    outputs = llm.generate(prompts, sampling, use_tqdm=False)
     record = {"tokens": [list(o.outputs[0].token_ids) for o in outputs], "has_scorer": has_scorer}
+    scheduler = llm.llm_engine.engine_core.engine_core.scheduler
+    pool = scheduler.kv_cache_manager.block_pool
+    record["blocks"] = {"total": scheduler.kv_cache_config.num_blocks, "free_after": pool.get_num_free_blocks()}
+    record["block_size"] = scheduler.kv_cache_config.kv_cache_groups[0].kv_cache_spec.block_size
+    request = {o.request_id: i for i, o in enumerate(outputs)}  # the engine suffixes its own ids: "<id>-<random>"
+    index = {r: request.get(r, request.get(r.rsplit("-", 1)[0])) for r in {r for r, *_ in shrinks} | set(posts)}
+    record["shrinks"] = [(index[r], *rest) for r, *rest in shrinks]
+    record["removed"] = {index[r]: removed for r, removed in posts.items()}  # per layer, after the last forward
     if has_scorer:
         import torch
 
         scores = llm.apply_model(lambda model: model.kvzap.scores)[0]
         torch.save(scores, args.out.with_suffix(".scores.pt"))
     args.out.write_text(json.dumps(record))
+
+
+def record_pruning() -> tuple[list, dict]:
+    """Every block cut the pruning scheduler makes, (request, group, removed, tokens seen, blocks held after), and
+    each request's entries removed per layer as the worker last posted them (after its last forward)."""
+    from kvzap_vllm.ledger import LEDGER
+    from kvzap_vllm.manager import KVzapManager
+
+    calls, shrink, posts, post = [], KVzapManager.shrink, {}, LEDGER.post
+
+    def posting(request_id, removed):
+        posts[request_id] = removed.tolist()
+        post(request_id, removed)
+
+    def recording(self, request_id, removed, num_tokens):
+        freed = shrink(self, request_id, removed, num_tokens)
+        held = len(self.req_to_blocks.get(request_id, ()))
+        calls.append((request_id, self.kv_cache_group_id, removed, num_tokens, held))
+        return freed
+
+    KVzapManager.shrink, LEDGER.post = recording, posting
+    return calls, posts
 
 
 if __name__ == "__main__":
