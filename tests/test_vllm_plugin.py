@@ -66,6 +66,22 @@ def run_engine(
     return json.loads(out.read_text())
 
 
+def attention_inputs(model, ids: torch.Tensor) -> dict[int, torch.Tensor]:
+    """layer -> (tokens, D): each attention module's input in a transformers forward of one row."""
+    inputs = {}
+    hooks = [
+        module.register_forward_pre_hook(
+            lambda m, args, kwargs, i=i: inputs.__setitem__(i, kwargs["hidden_states"][0]), with_kwargs=True
+        )
+        for i, module in enumerate(attention_modules(model))
+    ]
+    with torch.no_grad():
+        model(ids)
+    for hook in hooks:
+        hook.remove()
+    return inputs
+
+
 @needs_vllm
 def test_plugin_at_minus_infinity_generates_plain_vllms_tokens(demo):
     plain = run_engine(demo, "plain", demo.prompts)
@@ -81,17 +97,7 @@ def test_scores_inside_vllm_equal_the_surrogates_on_transformers_attention_input
     record = run_engine(demo, "scores", demo.prompts[:1], settings)
     scores = torch.load((demo.folder / "scores.json").with_suffix(".scores.pt"))
     ids = torch.tensor([demo.prompts[0] + record["tokens"][0][:-1]])  # the last token is sampled, never fed
-    inputs = {}
-    hooks = [
-        module.register_forward_pre_hook(
-            lambda m, args, kwargs, i=i: inputs.__setitem__(i, kwargs["hidden_states"][0]), with_kwargs=True
-        )
-        for i, module in enumerate(attention_modules(demo.model))
-    ]
-    with torch.no_grad():
-        demo.model(ids)
-    for hook in hooks:
-        hook.remove()
+    inputs = attention_inputs(demo.model, ids)
     assert sorted(scores) == list(range(demo.model.config.num_hidden_layers))
     for layer, forwards in scores.items():
         positions = torch.cat([p for p, _ in forwards])
@@ -108,17 +114,9 @@ def test_pruning_in_vllm_generates_the_transformers_tokens_and_frees_the_blocks(
     kept entries fill. The prompts cover a prompt judged at prefill and one judged only while decoding."""
     prompts = [demo.prompts[0], demo.prompts[0][100:], demo.prompts[1]]
     new_tokens = 150  # past the window for the short prompt too
-    ids = torch.tensor([demo.prompts[0]])
+    hidden = attention_inputs(demo.model, torch.tensor([demo.prompts[0]]))
     with torch.no_grad():
-        hidden = {}
-        hooks = [
-            m.register_forward_pre_hook(lambda m, a, k, i=i: hidden.__setitem__(i, k["hidden_states"]), with_kwargs=True)
-            for i, m in enumerate(attention_modules(demo.model))
-        ]
-        demo.model(ids)
-        for hook in hooks:
-            hook.remove()
-        scores = torch.cat([demo.surrogate.score_layer(i, h).flatten() for i, h in hidden.items()])
+        scores = torch.cat([demo.surrogate.score_layer(i, h[None]).flatten() for i, h in hidden.items()])
     tau = scores.quantile(0.6).item()  # every head keeps ~40 %: the fill policy keeps more, KVzap's ratio less
     settings = {"surrogate": str(demo.folder / "surrogate"), "threshold": tau}
     extra = ("--max-tokens", str(new_tokens), "--ignore-eos")
