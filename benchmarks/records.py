@@ -6,10 +6,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from tabulate import tabulate
-
 
 def print_table(records: list[dict], keys: list[str]) -> None:
+    from tabulate import tabulate  # here: vllm_engine.py reads the argument types in an environment without it
+
     if records:
         print(tabulate([[r[k] for k in keys] for r in records], headers=keys, floatfmt=".3f"))
 

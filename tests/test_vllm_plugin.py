@@ -225,3 +225,33 @@ def test_the_plugin_readmes_step_0_table_is_the_record():
         )
         held = [1 / (1 - record[k]) for k in ("kvzap_ratio", "per_layer_fill_ratio", "all_layers_fill_ratio")]
         assert [float(x.strip().rstrip("×")) for x in sequences.split("/")] == pytest.approx(held, abs=0.005)
+
+
+def test_the_plugin_readmes_serving_table_and_claims_are_the_record():
+    record = json.loads((ROOT / "benchmarks" / "cpu" / "vllm_serving.json").read_text())
+    dense, kvzap = record["records"]
+    text = (ROOT / "plugins" / "vllm" / "README.md").read_text(encoding="utf-8")
+    table = text.split("| engine | peak running sequences |", 1)[1].split("\n\n", 1)[0]
+    rows = [line.strip("|").split("|") for line in table.splitlines()[2:]]
+    for row, rec in zip(rows, (dense, kvzap), strict=True):
+        assert row[0].strip() == rec["engine"]
+        assert [int(row[1]), float(row[2]), int(row[3])] == [
+            rec["peak_running"],
+            pytest.approx(rec["mean_running"], abs=0.005),
+            rec["preemptions"],
+        ]
+        assert float(row[4]) == pytest.approx(rec["output_tokens_per_s"], abs=0.05)
+        assert float(row[5].strip().rstrip("×")) == pytest.approx(rec["realised_compression"], abs=0.005)
+    claims = [
+        f"{kvzap['peak_running'] / dense['peak_running']:.2f}× the concurrent sequences",
+        f"at r {kvzap['kvzap_ratio']:.3f}",
+        f"KVzap's logical {kvzap['kvzap_logical_compression']:.2f}×",
+        f"{kvzap['mean_running'] / dense['mean_running']:.2f}× dense",
+        f"Output tokens/s are {kvzap['output_tokens_per_s'] / dense['output_tokens_per_s']:.2f}× dense",
+        f"**{kvzap['same_tokens_as_transformers'].replace('/', ' of ')}**",
+        f"{min(record['prompt_tokens'])}–{max(record['prompt_tokens'])} tokens",
+        f"KVzap ratio of {kvzap['kvzap_ratio']:.3f}",
+        f"{dense['blocks']} dense blocks, {kvzap['blocks']} per-layer blocks",
+    ]
+    flat = " ".join(text.split())
+    assert [c for c in claims if c not in flat] == []

@@ -1,0 +1,65 @@
+"""One vLLM engine of the serving benchmark (vllm_serving.py runs it in .venv-vllm): greedy generation of every prompt
+at once under a fixed KV memory, and, at every scheduler step, the sequences running, the preemptions and the KV
+blocks held against those the dense cache would hold for the same sequences."""
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+from records import output_file, positive_int
+
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the engine core in this process: its scheduler is read
+
+
+def watch(scheduler, layers: int, steps: list) -> None:
+    """Record each schedule's outcome; blocks count per-layer blocks (dense: one block spans every layer)."""
+    schedule, groups = scheduler.schedule, len(scheduler.kv_cache_config.kv_cache_groups)
+    size = scheduler.kv_cache_config.kv_cache_groups[0].kv_cache_spec.block_size
+    pool = scheduler.kv_cache_manager.block_pool
+
+    def watched(*args, **kwargs):
+        output = schedule(*args, **kwargs)
+        held = (scheduler.kv_cache_config.num_blocks - 1 - pool.get_num_free_blocks()) * (layers // groups)
+        dense = sum(-(-r.num_computed_tokens // size) for r in scheduler.running) * layers
+        steps.append(
+            {
+                "running": len(scheduler.running),
+                "preempted": len(output.preempted_req_ids or ()),
+                "held_layer_blocks": held,
+                "dense_layer_blocks": dense,
+            }
+        )
+        return output
+
+    scheduler.schedule = watched
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--prompts", type=Path, required=True, help="JSON list of token-id lists")
+    parser.add_argument("--max-tokens", type=positive_int, required=True)
+    parser.add_argument("--engine", required=True, help="JSON of LLM(...) arguments")
+    parser.add_argument("--out", type=output_file, required=True)
+    args = parser.parse_args()
+
+    from vllm import LLM, SamplingParams, TokensPrompt
+
+    llm = LLM(model=args.model, **json.loads(args.engine))
+    core = llm.llm_engine.engine_core.engine_core
+    steps: list = []
+    watch(core.scheduler, llm.llm_engine.vllm_config.model_config.hf_config.num_hidden_layers, steps)
+    prompts = [TokensPrompt(prompt_token_ids=ids) for ids in json.loads(args.prompts.read_text())]
+    sampling = SamplingParams(temperature=0, max_tokens=args.max_tokens, ignore_eos=True)
+    start = time.perf_counter()
+    outputs = llm.generate(prompts, sampling, use_tqdm=False)
+    seconds = time.perf_counter() - start
+    tokens = [list(o.outputs[0].token_ids) for o in outputs]
+    record = {"tokens": tokens, "seconds": seconds, "steps": steps, "blocks": core.scheduler.kv_cache_config.num_blocks}
+    args.out.write_text(json.dumps(record))
+
+
+if __name__ == "__main__":
+    main()
