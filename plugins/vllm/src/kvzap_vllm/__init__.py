@@ -1,6 +1,7 @@
 """KVzap inside vLLM, as a general plugin: vLLM calls `register` in every process it starts (the entry point in
-pyproject.toml), which puts the model overrides (scoring, and with a finite threshold pruning) in vLLM's model registry. An engine started without a
-`kvzap` section in `additional_config` runs the architectures' own classes: the override steps aside."""
+pyproject.toml), which puts the model overrides (scoring, and with a finite threshold pruning) in vLLM's model
+registry. An engine started without a `kvzap` section in `additional_config` runs the architectures' own classes:
+the override steps aside."""
 
 from kvzap_vllm.architectures import ARCHITECTURES
 
