@@ -107,6 +107,35 @@ def test_scores_inside_vllm_equal_the_surrogates_on_transformers_attention_input
         assert torch.allclose(got, expected, atol=2e-4, rtol=1e-4), (layer, (got - expected).abs().max())
 
 
+def score_quantile(demo, q: float) -> float:
+    """A threshold at which every head keeps about 1 - q of the first prompt's tokens."""
+    hidden = attention_inputs(demo.model, torch.tensor([demo.prompts[0]]))
+    with torch.no_grad():
+        scores = torch.cat([demo.surrogate.score_layer(i, h[None]).flatten() for i, h in hidden.items()])
+    return scores.quantile(q).item()
+
+
+def press_generate(demo, prompt: list[int], tau: float, new_tokens: int) -> tuple[list[int], KVzapLayerFillPress]:
+    """The transformers path under the plugin's fill policy: greedy tokens, and the press that pruned them."""
+    press = KVzapLayerFillPress(str(demo.folder / "surrogate"), threshold=tau, decoding=True)
+    with torch.no_grad(), press(demo.model):
+        out = demo.model.generate(
+            torch.tensor([prompt]), max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False
+        )
+    return out[0, len(prompt) :].tolist(), press
+
+
+def assert_blocks_fit_the_kept_entries(record) -> dict:
+    """Every block cut leaves exactly the blocks a layer's kept entries fill, and all come back at the end; returns
+    each (request, layer)'s last (held, dense) block counts."""
+    size, last = record["block_size"], {}
+    for request, group, removed, seen, held in record["shrinks"]:
+        assert held == -(-(seen - removed) // size)
+        last[request, group] = (held, -(-seen // size))
+    assert record["blocks"]["free_after"] == record["blocks"]["total"] - 1  # all back but vLLM's null block
+    return last
+
+
 @needs_vllm
 def test_pruning_in_vllm_generates_the_transformers_tokens_and_frees_the_blocks(demo):
     """At a fixed threshold the engine prunes as KVzapLayerFillPress (the same fill policy) does in transformers: the
@@ -114,32 +143,43 @@ def test_pruning_in_vllm_generates_the_transformers_tokens_and_frees_the_blocks(
     kept entries fill. The prompts cover a prompt judged at prefill and one judged only while decoding."""
     prompts = [demo.prompts[0], demo.prompts[0][100:], demo.prompts[1]]
     new_tokens = 150  # past the window for the short prompt too
-    hidden = attention_inputs(demo.model, torch.tensor([demo.prompts[0]]))
-    with torch.no_grad():
-        scores = torch.cat([demo.surrogate.score_layer(i, h[None]).flatten() for i, h in hidden.items()])
-    tau = scores.quantile(0.6).item()  # every head keeps ~40 %: the fill policy keeps more, KVzap's ratio less
+    tau = score_quantile(demo, 0.6)  # every head keeps ~40 %: the fill policy keeps more, KVzap's ratio less
     settings = {"surrogate": str(demo.folder / "surrogate"), "threshold": tau}
     extra = ("--max-tokens", str(new_tokens), "--ignore-eos")
     record = run_engine(demo, "pruned", prompts, settings, {"block_size": 32}, extra)
 
-    size, last = record["block_size"], {}
-    for request, group, removed, seen, held in record["shrinks"]:
-        assert held == -(-(seen - removed) // size)  # exactly the blocks the kept entries fill
-        last[request, group] = (held, -(-seen // size))
-    held, dense = (sum(x) for x in zip(*last.values()))
+    held, dense = (sum(x) for x in zip(*assert_blocks_fit_the_kept_entries(record).values()))
     assert held < 0.9 * dense, (held, dense)  # fewer blocks than the dense cache would hold
-    assert record["blocks"]["free_after"] == record["blocks"]["total"] - 1  # all back but vLLM's null block
+    assert record["preemptions"] == []
     for row, prompt in enumerate(prompts):
-        press = KVzapLayerFillPress(str(demo.folder / "surrogate"), threshold=tau, decoding=True)
-        with torch.no_grad(), press(demo.model):
-            out = demo.model.generate(
-                torch.tensor([prompt]), max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False
-            )
-        assert record["tokens"][row] == out[0, len(prompt) :].tolist(), row
+        tokens, press = press_generate(demo, prompt, tau, new_tokens)
+        assert record["tokens"][row] == tokens, row
         removed = {layer: counts[0][0] for layer, counts in press.removed_counts.items()}  # (H,) per layer
         assert [int(removed[layer][0]) for layer in sorted(removed)] == record["removed"][str(row)], row
         assert all(bool((removed[layer] == removed[layer][0]).all()) for layer in removed)  # one count per layer
         assert 0 < press.compression_ratio < 0.9, press.compression_ratio  # it pruned, decoding too
+
+
+@needs_vllm
+def test_a_preempted_request_is_judged_again_as_the_prompt_it_is_recomputed_from(demo):
+    """A KV memory that admits three prompts but not their growth: vLLM preempts the newest request and later
+    recomputes it from its prompt and the tokens it had generated. The plugin forgets the request's pruning and
+    judges that longer prompt afresh, so its tokens after the preemption are the transformers path's continuation
+    of it; every block cut still fits the kept entries, and all blocks come back."""
+    prompts = [demo.prompts[0][i:] for i in (0, 20, 40)]  # 278-318 tokens: 9-10 blocks per layer at admission
+    new_tokens = 150
+    tau = score_quantile(demo, 0.3)  # the layers keep most entries, so decoding outgrows the pool
+    settings = {"surrogate": str(demo.folder / "surrogate"), "threshold": tau}
+    engine = {"block_size": 32, "kv_cache_memory_bytes": 47 * 2**20, "max_model_len": 512}  # ~1000 layer blocks
+    record = run_engine(demo, "preempted", prompts, settings, engine, ("--max-tokens", str(new_tokens), "--ignore-eos"))
+
+    assert record["preemptions"], "the KV memory was meant to force a preemption"
+    assert_blocks_fit_the_kept_entries(record)
+    generated = dict(record["preemptions"])  # the tokens each preempted request had at its last preemption
+    for row, prompt in enumerate(prompts):
+        done = generated.get(row, 0)
+        tokens, _ = press_generate(demo, prompt + record["tokens"][row][:done], tau, new_tokens - done)
+        assert record["tokens"][row][done:] == tokens, (row, done)
 
 
 @needs_vllm

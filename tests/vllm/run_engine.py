@@ -1,6 +1,7 @@
 """Run inside the vLLM environment (.venv-vllm), one engine per process: greedy generation of the prompts, with the
 KVzap plugin (--kvzap SETTINGS_JSON) or without, written as JSON; with record_scores, the scores the plugin computed
-for the generation (not the engine's start-up dummy runs) are saved beside it with torch.save."""
+for the generation (not the engine's start-up dummy runs) are saved beside it with torch.save. The record also
+lists the pruning scheduler's block cuts, the entries removed per layer, and the preemptions."""
 
 import argparse
 import json
@@ -21,6 +22,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     shrinks, posts = record_pruning() if args.kvzap else ([], {})
+    preemptions = record_preemptions()
 
     from vllm import LLM, SamplingParams, TokensPrompt
 
@@ -44,10 +46,14 @@ def main() -> None:
     pool = scheduler.kv_cache_manager.block_pool
     record["blocks"] = {"total": scheduler.kv_cache_config.num_blocks, "free_after": pool.get_num_free_blocks()}
     record["block_size"] = scheduler.kv_cache_config.kv_cache_groups[0].kv_cache_spec.block_size
-    request = {o.request_id: i for i, o in enumerate(outputs)}  # the engine suffixes its own ids: "<id>-<random>"
-    index = {r: request.get(r, request.get(r.rsplit("-", 1)[0])) for r in {r for r, *_ in shrinks} | set(posts)}
-    record["shrinks"] = [(index[r], *rest) for r, *rest in shrinks]
-    record["removed"] = {index[r]: removed for r, removed in posts.items()}  # per layer, after the last forward
+    request = {o.request_id: i for i, o in enumerate(outputs)}
+
+    def row(request_id: str) -> int:  # the engine suffixes its own ids: "<id>-<random>"
+        return request.get(request_id, request.get(request_id.rsplit("-", 1)[0]))
+
+    record["shrinks"] = [(row(r), *rest) for r, *rest in shrinks]
+    record["removed"] = {row(r): removed for r, removed in posts.items()}  # per layer, after the last forward
+    record["preemptions"] = [(row(r), tokens) for r, tokens in preemptions]
     if has_scorer:
         import torch
 
@@ -76,6 +82,20 @@ def record_pruning() -> tuple[list, dict]:
 
     KVzapManager.shrink, LEDGER.post = recording, posting
     return calls, posts
+
+
+def record_preemptions() -> list:
+    """Every preemption, (request, tokens it had generated): vLLM recomputes a preempted request from scratch."""
+    from vllm.v1.core.sched.scheduler import Scheduler
+
+    calls, preempt = [], Scheduler._preempt_request
+
+    def recording(self, request, *args, **kwargs):
+        calls.append((request.request_id, request.num_output_tokens))
+        return preempt(self, request, *args, **kwargs)
+
+    Scheduler._preempt_request = recording
+    return calls
 
 
 if __name__ == "__main__":

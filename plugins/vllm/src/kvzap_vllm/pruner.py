@@ -131,7 +131,8 @@ class Pruner:
             offset += count
             state = self.states.get(request_id)
             if state is None:
-                state = self.states[request_id] = RequestPruning(np.zeros(len(self.layers), np.int64), new)
+                # a copy: a view would keep the whole batch's scores of this step alive
+                state = self.states[request_id] = RequestPruning(np.zeros(len(self.layers), np.int64), new.clone())
             else:
                 state.pending = torch.cat([state.pending, new], -1)
             seen = request.num_computed_tokens + count
