@@ -47,7 +47,7 @@ def greedy(model, prompt: list[int], new_tokens: int, press) -> tuple[list[int],
         out = model.generate(
             torch.tensor([prompt]),
             max_new_tokens=new_tokens,
-            min_new_tokens=new_tokens,
+            eos_token_id=None,  # no stop and no ban: the end token is one more token, as under vLLM's ignore_eos
             do_sample=False,
             output_scores=True,
             return_dict_in_generate=True,
