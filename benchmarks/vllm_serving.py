@@ -24,6 +24,7 @@ import torch
 import ruler_rows
 from kvzap.atomic import atomic_write_json
 from kvzap.pruning import KVzapLayerFillPress
+from kvzap.surrogate.model import resolve_folder
 from records import output_file, positive_int, print_table
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -90,6 +91,10 @@ def main() -> None:
     parser.add_argument("--block-size", type=positive_int, default=32)
     parser.add_argument("--out", type=output_file, required=True)
     args = parser.parse_args()
+    try:  # a missing checkpoint is refused here, not after the dense engine has run
+        checkpoint = resolve_folder(args.surrogate)
+    except FileNotFoundError as err:
+        parser.error(str(err))
     model, tokenizer, _, rows = ruler_rows.model_and_rows(args)
     prompts = [tokenizer(row.context + row.question).input_ids for row in rows.itertuples()]
     model_json = json.loads(Path(args.model_json).read_text())
@@ -97,7 +102,7 @@ def main() -> None:
     engine |= {"kv_cache_memory_bytes": args.kv_memory_mib * 2**20, "block_size": args.block_size}
     engine |= {"max_model_len": max(map(len, prompts)) + args.new_tokens}
     engine |= {"hf_overrides": {"kvzap_model_id": model_json["model_id"]}}  # the surrogate's base model
-    kvzap = {"surrogate": str(args.surrogate.resolve()), "threshold": args.threshold}
+    kvzap = {"surrogate": str(checkpoint.resolve() if checkpoint else args.surrogate), "threshold": args.threshold}
     with tempfile.TemporaryDirectory() as folder:
         folder = Path(folder)
         (folder / "prompts.json").write_text(json.dumps(prompts))
@@ -108,8 +113,8 @@ def main() -> None:
     ratios, traces = [], {"dense vLLM": [], "vLLM + KVzap": []}
     for k, prompt in enumerate(prompts):
         press = KVzapLayerFillPress(str(args.surrogate), threshold=args.threshold, decoding=True)
-        for name, engine_tokens, each in (("dense vLLM", dense, None), ("vLLM + KVzap", pruned, press)):
-            reference, logits = greedy(model, prompt, args.new_tokens, each)
+        for name, engine_tokens, reference_press in (("dense vLLM", dense, None), ("vLLM + KVzap", pruned, press)):
+            reference, logits = greedy(model, prompt, args.new_tokens, reference_press)
             traces[name].append(divergence(k, engine_tokens["tokens"][k], reference, logits))
         ratios.append(press.compression_ratio)
     records = [summary("dense vLLM", dense), summary("vLLM + KVzap", pruned)]

@@ -48,9 +48,10 @@ class RequestPruning:
 
 
 class Pruner:
-    def __init__(self, runner: GPUModelRunner, threshold: float, window: int):
-        self.runner, self.threshold, self.window, self.ring = runner, threshold, window, window + 2
-        self.scorer = runner.model.kvzap
+    def __init__(self, runner: GPUModelRunner):
+        self.runner, self.scorer = runner, runner.model.kvzap
+        self.threshold, self.window = self.scorer.settings.threshold, self.scorer.settings.window
+        self.ring = self.window + 2
         groups = runner.kv_cache_config.kv_cache_groups
         self.layers = [_layer_index(group.layer_names) for group in groups]
         context = runner.compilation_config.static_forward_context
@@ -219,7 +220,7 @@ def initialize_kv_cache(self, kv_cache_config, is_profiling: bool = False, *args
     _ORIGINAL(self, kv_cache_config, is_profiling, *args, **kwargs)
     scorer = getattr(self.model, "kvzap", None)
     if scorer is not None and prunes(self.vllm_config) and not is_profiling:
-        self.kvzap_pruner = Pruner(self, scorer.settings.threshold, scorer.settings.window)
+        self.kvzap_pruner = Pruner(self)
 
 
 def install() -> None:
