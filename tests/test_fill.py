@@ -1,6 +1,7 @@
 """The fill policy of a per-token-slot engine (kvzap.fill.layer_fill), against a plain loop over heads, and the
 press built on it: every head of a layer keeps the same count, never less than KVzap keeps."""
 
+import pytest
 import torch
 
 from kvzap.fill import layer_fill
@@ -52,3 +53,15 @@ def test_the_layer_fill_press_removes_at_most_what_kvzap_does_per_head():
     fill = removed[KVzapLayerFillPress]
     assert bool((fill <= removed[KVzapPress]).all()) and bool((fill < removed[KVzapPress]).any())
     assert bool((fill == fill[..., :1]).all())  # (layers, B, H): one count per (layer, row)
+
+
+@pytest.mark.parametrize(
+    ("scores", "threshold", "message"),
+    [
+        (torch.zeros(5), 0.0, r"scores \(\.\.\., H, m\), one row per KV head; got shape \(5,\)"),
+        (torch.zeros(2, 5), float("nan"), "threshold is NaN: give a log score"),
+    ],
+)
+def test_layer_fill_refuses_a_bad_shape_or_threshold_by_name(scores, threshold, message):
+    with pytest.raises(ValueError, match=message):
+        layer_fill(scores, threshold)

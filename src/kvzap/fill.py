@@ -5,6 +5,8 @@ the transformers press and the vLLM plugin both judge with this one function, so
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 
@@ -12,6 +14,10 @@ def layer_fill(scores: torch.Tensor, threshold: float) -> torch.Tensor:
     """scores (..., H, m) of the m tokens one judgement settles -> keep (..., H, m) bool.
 
     Each head keeps its n best tokens, n the most any head scores >= threshold; ties go to the older token."""
+    if scores.dim() < 2:
+        raise ValueError(f"layer_fill takes scores (..., H, m), one row per KV head; got shape {tuple(scores.shape)}")
+    if math.isnan(threshold):  # every comparison would be False: the layer would silently keep nothing
+        raise ValueError("layer_fill's threshold is NaN: give a log score (-inf keeps everything)")
     n = (scores >= threshold).sum(-1).amax(-1, keepdim=True)  # (..., 1): the layer's count this judgement
     order = scores.argsort(dim=-1, descending=True, stable=True)
     rank = torch.empty_like(order).scatter_(-1, order, torch.arange(scores.shape[-1]).expand_as(order))
