@@ -76,4 +76,21 @@ for p in expected:
     print(("MISSING " if str(p) in missing else "ok      ") + str(p))
 sys.exit(1 if missing else 0)
 EOF_PY
+# The long-sample policy end to end: the NarrativeQA fixtures pass the Qwen3 stand-ins' positions (not Llama's), and
+# every such cell ran them as kvpress does (policy run), counted in metrics.json and in results.csv.
+python - "${CONFIGS[@]}" <<'EOF_PY' || fail "long samples"
+import json, sys
+from pathlib import Path
+import pandas as pd
+from kvzap.plan import overlays
+root = Path(overlays.load([Path(p) for p in sys.argv[1:]])["results"])
+results = pd.read_csv(root / "tables" / "results.csv")
+narrative = results[results["subset"] == "narrativeqa"]
+qwen, llama = narrative[narrative["model"].str.startswith("qwen3")], narrative[narrative["model"].str.startswith("llama")]
+print(narrative[["model", "method", "value", "n_samples", "past_positions"]].to_string(index=False))
+ok = len(qwen) and len(llama) and (qwen["past_positions"] == qwen["n_samples"]).all() and (llama["past_positions"] == 0).all()
+metrics = [json.loads(p.read_text()) for p in root.glob("qwen3-*/eval/longbench/narrativeqa/*/*/metrics.json")]
+ok = ok and metrics and all(m["long_samples"]["policy"] == "run" and m["long_samples"]["count"] >= 1 for m in metrics)
+sys.exit(0 if ok else 1)
+EOF_PY
 echo "1 passed, 0 failed"

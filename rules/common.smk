@@ -150,12 +150,6 @@ def table_outputs():
 
 
 def published_surrogates(wc=None):
-    """Folders of every trained surrogate; an empty namespace fails when publish is requested."""
-    if not config["publish"]["namespace"]:
-        errors.fail(
-            "publish.namespace",
-            "",
-            "empty, and `snakemake publish` needs it",
-            'set it to your Hub user or organisation (e.g. --config publish="{namespace: me}")',
-        )
+    """Folders of every trained surrogate; an empty or placeholder namespace fails when publish is requested."""
+    checks.check_publish(config["publish"])
     return [paths.surrogate_dir(RESULTS, m, k) for m in config["models"] for k in config["training"]["surrogates"]]

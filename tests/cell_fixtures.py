@@ -38,6 +38,7 @@ def write_cell(
         "value": value,
         "compression_ratio": ratio,
         "n_samples": 10,
+        "long_samples": {"policy": "run", "max_positions": 4096, "count": 0, "sample_ids": []},
         "average": average,
         "per_task": {subset: average},
         "provenance": {"model_id": f"org/{model}", "params_hash": f"{model}-{bench}-{subset}-{method}-{value}"},

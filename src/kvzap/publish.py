@@ -23,6 +23,7 @@ from huggingface_hub.errors import HFValidationError
 from huggingface_hub.utils import validate_repo_id
 
 from kvzap.atomic import atomic_write_json, atomic_write_text
+from kvzap.plan.checks import PUBLISH_PLACEHOLDERS
 from kvzap.provenance import stamp
 from kvzap.surrogate.model import CONFIG_NAME, WEIGHTS_NAME, Surrogate, read_config, same_model
 from kvzap.surrogate.settings import KINDS
@@ -336,6 +337,9 @@ def check_args(args) -> None:
     if "/" in args.namespace:
         raise SystemExit(f"--namespace {args.namespace!r}: a Hub user or organisation, without '/'.")
     check_repo_id("--namespace", f"{args.namespace}/KVzap-mlp-model")
+    for flag, name in (("--namespace", args.namespace), ("--dataset-repo", (args.dataset_repo or "").split("/")[0])):
+        if name.lower() in PUBLISH_PLACEHOLDERS:
+            raise SystemExit(f"{flag}: {name!r} is a placeholder; name your Hub user or organisation.")
     if args.dataset_repo is not None:
         if args.dataset_repo.count("/") != 1:
             raise SystemExit(

@@ -1,7 +1,8 @@
 """Tiny stand-ins for config/paper.yaml's models, written into a fake Hub cache under their real repo ids.
 
-Each model keeps its real architecture (Qwen3 q/k-norm, GQA ratio, rope settings, context length, vocab size) and
-its real tokenizer, scaled down to 2 layers and random bf16 weights, and ships the files its Hub repo ships
+Each model keeps its real architecture (Qwen3 q/k-norm, GQA ratio, rope settings, vocab size) and its real tokenizer,
+scaled down to 2 layers and random bf16 weights (and Qwen3's 40,960 positions to 4,096, so that the LongBench
+NarrativeQA fixture passes them as the real NarrativeQA passes Qwen3's; Llama-3.1 keeps its 131,072), and ships the files its Hub repo ships
 (config.json in the Hub's format, generation_config.json, model.safetensors, tokenizer files). Around them: the
 Q-Filters repos QFilterPress downloads (nthngdy/<name>_qfilt) and a mirror of DuoAttention's attn_patterns/ folder
 for Llama-3.1 (read through KVZAP_DUO_PATTERNS, see kvzap.evaluation.duo_patterns). Deterministic (seeded weights,
@@ -29,6 +30,7 @@ from kvzap.evaluation.duo_patterns import duo_pattern_name
 TOKENIZERS = Path(__file__).resolve().parents[2] / ".cache" / "tokenizers"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 SEED = 0
+QWEN3_POSITIONS = 4096  # Qwen3's 40,960 scaled down with the fixtures (tests/rehearsal/hub_datasets.py)
 
 _QWEN3 = {
     "architectures": ["Qwen3ForCausalLM"],
@@ -41,7 +43,7 @@ _QWEN3 = {
     "hidden_act": "silu",
     "hidden_size": 128,
     "initializer_range": 0.02,
-    "max_position_embeddings": 40960,
+    "max_position_embeddings": QWEN3_POSITIONS,
     "max_window_layers": 2,
     "num_hidden_layers": 2,
     "num_key_value_heads": 2,

@@ -22,8 +22,9 @@ from transformers import StoppingCriteria, StoppingCriteriaList, pipeline
 
 from kvzap import dtypes, families
 from kvzap.atomic import atomic_write_json
-from kvzap.evaluation import methods, presses, refusals
+from kvzap.evaluation import long_samples, methods, presses, refusals
 from kvzap.evaluation.grouping import samples_per_decode
+from kvzap.evaluation.metrics import DEPARTURES
 from kvzap.evaluation.predictions import measured_means, write_predictions
 from kvzap.evaluation.prefill_cache import memory_after_prefill, prefill_cache
 from kvzap.evaluation.shared_prefill import run_greedy_shared
@@ -31,22 +32,6 @@ from kvzap.evaluation.suites import BENCHMARKS, benchmark_module
 from kvzap.prepare import models
 from kvzap.provenance import stamp
 from kvzap.pruning.windowed_press import WindowedPress
-
-
-def _n_tokens(tokenizer, text: str) -> int:
-    return len(tokenizer(text, add_special_tokens=False)["input_ids"])
-
-
-def check_lengths(rows: pd.DataFrame, tokenizer, max_positions: int) -> None:
-    """Refuse, before any compute, samples that do not fit the model's context window (rows need context_tokens)."""
-    for row in rows.itertuples():
-        need = row.context_tokens + _n_tokens(tokenizer, row.question + row.answer_prefix) + 64 + row.max_new_tokens
-        if need > max_positions:
-            raise SystemExit(
-                f"Sample {row.sample_id} needs ~{need} positions (context + question + template + {row.max_new_tokens} "
-                f"new tokens) but the model allows {max_positions}: evaluate a shorter dataset configuration "
-                "(e.g. a smaller RULER context length) or a model with a longer context."
-            )
 
 
 def _compression_ratio(press) -> float:
@@ -271,7 +256,10 @@ def shares_prefill(model, cells) -> bool:
 def evaluate_subset(args, loaded: Loaded, subset: str, outs: list[Path]) -> list[dict]:
     torch.manual_seed(args.seed)
     options = {"tasks": args.tasks} if args.tasks else {}
-    rows = loaded.bench.load(args.source, subset, loaded.tokenizer, args.n_samples, args.seed, **options)
+    rows = loaded.bench.load(
+        args.source, subset, loaded.tokenizer, args.n_samples, args.seed, revision=args.revision, **options
+    )
+    read = rows.attrs.get("revision")
     rows = rows.iloc[args.shard :: args.n_shards].reset_index(drop=True)  # this job's share of a long cell
     if rows.empty:
         raise SystemExit(
@@ -280,8 +268,7 @@ def evaluate_subset(args, loaded: Loaded, subset: str, outs: list[Path]) -> list
         )
     if args.max_new_tokens:
         rows["max_new_tokens"] = rows["max_new_tokens"].clip(upper=args.max_new_tokens)
-    rows["context_tokens"] = [_n_tokens(loaded.tokenizer, context) for context in rows["context"]]
-    check_lengths(rows, loaded.tokenizer, loaded.model.config.max_position_embeddings)
+    rows = long_samples.apply(rows, loaded.tokenizer, max_positions(loaded.model), args.long_samples)
 
     sampled = bool(loaded.generation and loaded.generation.get("do_sample"))
     if shares_prefill(loaded.model, loaded.cells):
@@ -299,25 +286,34 @@ def evaluate_subset(args, loaded: Loaded, subset: str, outs: list[Path]) -> list
     # how rows were batched changes no greedy output (a sampled batch is seeded by its first row: that stays)
     layout = ("subsets", "out", "cells", "decode_batch") + (() if sampled else ("batch_size",))
     common = {k: v for k, v in vars(args).items() if k not in layout}
+    common["dataset_revision"] = read
     return [
-        write_cell(args, loaded.bench, rows, output, subset, cell, out, common)
+        write_cell(args, loaded, rows, output, subset, cell, out, common)
         for cell, output, out in zip(loaded.cells, outputs, outs)
     ]
 
 
+def max_positions(model) -> int:
+    """The positions the model was trained for (a multimodal config keeps them in its text part)."""
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    return int(config.max_position_embeddings)
+
+
 def write_cell(
-    args, bench, rows, outputs, subset: str, cell: tuple[str, float | None], out: Path, common: dict
+    args, loaded: Loaded, rows, outputs, subset: str, cell: tuple[str, float | None], out: Path, common: dict
 ) -> dict:
     """One cell's predictions.csv and metrics.json; its provenance names its own method and value, as a job of
-    this cell alone would."""
+    this cell alone would, and the dataset revision read."""
     method, value = cell
     predictions = rows.drop(columns=["context"]).merge(outputs, on="sample_id")
-    metrics = bench.score(predictions) if args.n_shards == 1 else {}  # a split cell is scored once, by its merge
+    # a split cell is scored once, by its merge
+    metrics = loaded.bench.score(predictions, frozenset(args.departures)) if args.n_shards == 1 else {}
     params = common | {"method": method, "value": value, "subset": subset, "model": str(args.model)}
     metrics.update(
         {
             **measured_means(predictions),
             "n_samples": int(rows.shape[0]),
+            "long_samples": long_samples.summary(predictions, args.long_samples, max_positions(loaded.model)),
             "model": args.model_name,
             "bench": args.bench_name,
             "benchmark": args.benchmark,
@@ -341,6 +337,20 @@ def parse_args(argv=None):
     parser.add_argument("--source", default="offline", help="hub, offline or local:<folder>")
     parser.add_argument("--subsets", nargs="+", required=True, help="RULER context lengths, LongBench tasks, aime25")
     parser.add_argument("--tasks", nargs="*", default=None, help="RULER tasks (default: all available)")
+    parser.add_argument("--revision", default=None, help="the Hub dataset's revision (default: its main branch)")
+    parser.add_argument(
+        "--long-samples",
+        choices=list(long_samples.POLICIES),
+        default="run",
+        help="samples past the model's positions: run (kvpress, the paper) or truncate_middle (THUDM, a deviation)",
+    )
+    parser.add_argument(
+        "--departures",
+        nargs="*",
+        choices=list(DEPARTURES),
+        default=[],
+        help="deliberate departures from kvpress's scoring (kvzap.evaluation.metrics.DEPARTURES)",
+    )
     parser.add_argument(
         "--cells", nargs="+", required=True, help="METHOD or METHOD=VALUE (threshold or ratio), one per cell"
     )

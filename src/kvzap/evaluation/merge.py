@@ -12,6 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from kvzap.atomic import atomic_write_json
+from kvzap.evaluation import long_samples
 from kvzap.evaluation.predictions import measured_means, read_predictions, write_predictions
 from kvzap.evaluation.suites import benchmark_module
 from kvzap.provenance import stamp
@@ -27,12 +28,14 @@ def merge(parts: list[Path], out: Path) -> dict:
     predictions = pd.concat(
         [read_predictions(p / "predictions.csv", s["json_columns"]) for p, s in zip(parts, shards)], ignore_index=True
     )
-    metrics = benchmark_module(first["benchmark"]).score(predictions)
     params = {k: v for k, v in first["provenance"]["params"].items() if k not in PER_SHARD}
+    metrics = benchmark_module(first["benchmark"]).score(predictions, frozenset(params.get("departures", [])))
+    long = first["long_samples"]
     metrics.update(
         {
             **measured_means(predictions),
             "n_samples": sum(s["n_samples"] for s in shards),
+            "long_samples": long_samples.summary(predictions, long["policy"], long["max_positions"]),
             **{k: first.get(k) for k in ("model", "bench", "benchmark", "subset", "method", "value")},
             "provenance": {
                 **stamp(

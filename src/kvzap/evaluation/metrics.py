@@ -1,8 +1,15 @@
-"""Benchmark metrics, each as the benchmark's official scorer defines it (scores in [0, 1]; callers x100).
+"""Benchmark metrics, each as kvpress's evaluation code scores it (scores in [0, 1]; callers x100).
 
-RULER: NVIDIA/RULER's string_match_all / string_match_part (as kvpress applies them).
-LongBench: THUDM/LongBench `metrics.py` + `eval.py` (max over references, first line only for the few-shot
-tasks trec/triviaqa/samsum/lsht). AIME: the last `\\boxed{...}` answer, with nested braces, and pass@k.
+kvpress's evaluation produced the paper's numbers, so its scorers are the reference, prediction by prediction
+(tests/test_kvpress_reference.py runs them from kvpress's sdist on a bank of edge cases):
+  RULER      NVIDIA/RULER's string_match_all / string_match_part after kvpress's cleaning (strip, control
+             characters removed, newlines included).
+  LongBench  THUDM/LongBench's metrics as kvpress's `calculate_metrics.py` applies them: every prediction
+             left-stripped, only the first line for the few-shot tasks trec/triviaqa/samsum/lsht, the best score
+             over the references.
+  AIME       the content of the last `boxed{...}` (braces matched, nothing trimmed) equals the gold answer as a
+             string; pass@k.
+A deliberate departure from kvpress is a named option (DEPARTURES), off unless evaluation.departures lists it.
 """
 
 from __future__ import annotations
@@ -13,11 +20,21 @@ import warnings
 from collections import Counter
 from math import comb
 
+# Deliberate departures from kvpress's scoring: name -> what it changes. Off by default (the paper's scoring).
+DEPARTURES = {
+    "longbench_classification_fix": (
+        "trec and lsht: every class name that is a strict part of the reference is dropped; LongBench's loop "
+        "removes such names from the list it iterates, so the name after each removed one stays counted"
+    )
+}
+
 _CONTROL = re.compile(r"[\x00-\x1f]")
 
 
 def _clean(prediction: str) -> str:
-    return _CONTROL.sub("\n", prediction).strip().lower()
+    """kvpress's RULER cleaning: strip, remove every control character (so a number split by a newline joins up),
+    strip again; lower-cased for the case-insensitive match."""
+    return _CONTROL.sub("", prediction.strip()).strip().lower()
 
 
 def string_match_all(prediction: str, references: list[str]) -> float:
@@ -84,12 +101,13 @@ def qa_f1_zh(prediction: str, reference: str) -> float:
 
 
 def rouge_l(prediction: str, reference: str) -> float:
-    """ROUGE-L F from the `rouge` package; 0 where it refuses the input (an empty or punctuation-only side)."""
+    """ROUGE-L F from the `rouge` package; 0 wherever it raises (an empty or punctuation-only side, a recursion
+    limit on long texts), as LongBench scores any failure."""
     from rouge import Rouge
 
     try:
         return Rouge().get_scores([prediction], [reference], avg=True)["rouge-l"]["f"]
-    except (ValueError, RecursionError):
+    except Exception:  # noqa: BLE001 - LongBench maps every failure of the package to 0
         return 0.0
 
 
@@ -98,14 +116,24 @@ def rouge_l_zh(prediction: str, reference: str) -> float:
     return rouge_l(" ".join(_jieba_words(prediction)), " ".join(_jieba_words(reference)))
 
 
-def classification(prediction: str, reference: str, all_classes: list[str]) -> float:
+def classification(prediction: str, reference: str, all_classes: list[str], fix_loop: bool = False) -> float:
     """1/#matches when the reference class is among the class names found in the prediction, else 0.
 
-    Class names that are strict substrings of the reference do not count as extra matches. (LongBench's
-    code removes them while iterating the same list, which can skip one; its difflib fallback is unreachable.)
+    Names that are a strict part of the reference are meant not to count as extra matches, but LongBench's loop
+    removes them from the list it is iterating, which skips the name after each removal: that is how the paper's
+    numbers were scored. `fix_loop` (departure longbench_classification_fix) drops all of them. (LongBench's difflib
+    fallback for predictions naming no class is unreachable in its code, and so here.)
     """
     found = [c for c in all_classes if c in prediction]
-    found = [c for c in found if c == reference or c not in reference]
+    if fix_loop:
+        found = [c for c in found if c == reference or c not in reference]
+    else:
+        i = 0
+        while i < len(found):  # a removal slides the next name into the index just visited, which is not revisited
+            name = found[i]
+            if name in reference and name != reference:
+                found.remove(name)
+            i += 1
     return 1.0 / len(found) if reference in found else 0.0
 
 
@@ -144,7 +172,7 @@ def code_similarity(prediction: str, reference: str) -> float:
 
 def first_line(prediction: str) -> str:
     """Few-shot tasks answer on the first line; what follows is often the model continuing the pattern."""
-    return prediction.lstrip("\n").split("\n")[0]
+    return prediction.lstrip().split("\n")[0]
 
 
 LONGBENCH_METRICS = {
@@ -173,13 +201,20 @@ LONGBENCH_METRICS = {
 FIRST_LINE_TASKS = ("trec", "triviaqa", "samsum", "lsht")
 
 
-def longbench_score(task: str, prediction: str, references: list[str], all_classes: list[str] | None = None) -> float:
-    """One LongBench prediction: the best score over its references, with the task's official metric."""
+def longbench_score(
+    task: str,
+    prediction: str,
+    references: list[str],
+    all_classes: list[str] | None = None,
+    departures: frozenset[str] = frozenset(),
+) -> float:
+    """One LongBench prediction: the best score over its references, with the task's official metric, on the
+    left-stripped prediction (its first line for the few-shot tasks)."""
     metric = LONGBENCH_METRICS[task]
-    if task in FIRST_LINE_TASKS:
-        prediction = first_line(prediction)
+    prediction = first_line(prediction) if task in FIRST_LINE_TASKS else prediction.lstrip()
     if metric is classification:
-        return max(classification(prediction, ref, list(all_classes)) for ref in references)
+        fix = "longbench_classification_fix" in departures
+        return max(classification(prediction, ref, list(all_classes), fix_loop=fix) for ref in references)
     return max(metric(prediction, ref) for ref in references)
 
 
@@ -187,24 +222,31 @@ def longbench_score(task: str, prediction: str, references: list[str], all_class
 
 
 def extract_boxed(text: str) -> str | None:
-    """The content of the last `\\boxed{...}`, matching braces so `\\boxed{\\frac{1}{2}}` gives `\\frac{1}{2}`.
+    """The content of the last `boxed{...}`, matching braces so `\\boxed{\\frac{1}{2}}` gives `\\frac{1}{2}`;
+    kept as written (no trimming: `\\boxed{ 70 }` is not "70").
 
     None when there is no box or the last one is never closed (a truncated generation).
     """
-    start = text.rfind("\\boxed{")
+    marker = "boxed{"
+    start = text.rfind(marker)
     if start == -1:
         return None
     depth = 0
-    for i in range(start + len("\\boxed"), len(text)):
+    for i in range(start + len(marker) - 1, len(text)):
         depth += {"{": 1, "}": -1}.get(text[i], 0)
         if depth == 0:
-            return text[start + len("\\boxed{") : i].strip()
+            return text[start + len(marker) : i]
     return None
 
 
-def aime_correct(prediction: str, answer: str) -> bool:
-    """AIME: the last boxed answer equals the gold answer as a string (kvpress's rule, whitespace-trimmed)."""
-    return extract_boxed(prediction) == str(answer).strip()
+def aime_correct(prediction: str, answer) -> bool:
+    """AIME: the last boxed answer equals the gold answer as a string (kvpress's rule: `070` is not `70`)."""
+    return extract_boxed(prediction) == str(answer)
+
+
+def aime_answered(prediction: str) -> bool:
+    """Whether a rollout wrote a box at all (kvpress counts `boxed{` anywhere, closed or not)."""
+    return "boxed{" in prediction
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:

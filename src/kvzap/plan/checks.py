@@ -19,6 +19,8 @@ from kvzap.surrogate.settings import KINDS
 from kvzap.training import corpus
 
 SAFE_NAME = re.compile(r"^(?!\.{1,2}$)[A-Za-z0-9][A-Za-z0-9._-]*$")  # a path component: no '/', no '..'
+# Hub names that config files and docs write as examples: valid names, so only their spelling gives them away.
+PUBLISH_PLACEHOLDERS = ("your-hf-namespace", "your-namespace", "your-org", "your-username", "your-hf-username")
 
 
 def _check_values(key: str, values: list, low: float = -math.inf, high: float = math.inf) -> None:
@@ -281,6 +283,26 @@ def _check_training_ablation(config: dict) -> None:
         ablation["sizes"]
     ):
         fail("ablations.training_pairs", ablation, "repeats a size or a source", "list each once")
+
+
+def check_publish(publish: dict) -> None:
+    """What `snakemake publish` needs besides the schema: a namespace, and no placeholder for it or the dataset."""
+    namespace, dataset = publish["namespace"], publish.get("dataset_repo")
+    if not namespace:
+        fail(
+            "publish.namespace",
+            "",
+            "empty, and `snakemake publish` needs it",
+            'set it to your Hub user or organisation (e.g. --config publish="{namespace: me}")',
+        )
+    for key, name in (("publish.namespace", namespace), ("publish.dataset_repo", (dataset or "").split("/")[0])):
+        if name.lower() in PUBLISH_PLACEHOLDERS:
+            fail(
+                key,
+                namespace if key == "publish.namespace" else dataset,
+                f"{name!r} is a placeholder, not your Hub user or organisation (the upload would fail or go astray)",
+                f"set {key} to yours, e.g. --config 'publish={{namespace: <you>}}'",
+            )
 
 
 def check(config: dict) -> None:

@@ -33,6 +33,7 @@ def oracle_args(config: dict, model: str, kv_ablation: bool = False) -> str:
     """The oracle collection; for the (k, v)-input ablation, its own smaller collection that also stores k and v."""
     oracle = dict(config["oracle"])
     args = ["--corpus", oracle["corpus"], "--dtype", config["models"][model]["dtype"], "--seed", str(config["seed"])]
+    args += ["--corpus-revision", oracle["revision"]] if oracle.get("revision") else []
     if kv_ablation:
         oracle["n_train"] = config["ablations"]["kv_input"]["n_train"]
         args.append("--store-kv")
@@ -100,6 +101,9 @@ def evaluate_args(config: dict, job: EvalJob, shard: int, n_shards: int) -> str:
         config["models"][job.model]["dtype"],
     ]
     args += ["--seed", str(config["seed"]), "--shard", str(shard), "--n-shards", str(n_shards)]
+    args += ["--revision", bench["revision"]] if bench.get("revision") else []
+    args += ["--long-samples", config["evaluation"]["long_samples"]]
+    args += ["--departures", *config["evaluation"]["departures"]] if config["evaluation"]["departures"] else []
     args += ["--model-name", job.model, "--bench-name", job.bench, "--cells", *(cell_token(*c) for c in job.cells)]
     for kind in sorted({methods.METHODS[m].surrogate for m, _ in job.cells} - {None}):
         args += [f"--surrogate-{kind}", paths.surrogate_dir(results, job.model, kind)]

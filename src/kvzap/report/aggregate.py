@@ -1,7 +1,8 @@
 """Collect every evaluation cell and surrogate into the paper's tables (CSV for machines, Markdown for people).
 
-results.csv          one row per cell: model, benchmark, subset, method, value, compression ratio, scores, per-task,
-                     and each score's 95 % interval (ci_low:<score>, ci_high:<score>; kvzap.intervals)
+results.csv          one row per cell: model, benchmark, subset, method, value, compression ratio, samples and how many
+                     were past the model's positions, scores, per-task, and each score's 95 % interval
+                     (ci_low:<score>, ci_high:<score>; kvzap.intervals)
 surrogates.csv       Table 1: mean R^2 per model and surrogate kind
 best.csv             Table 2: the KVzap configuration fixed per model (--table2), full cache -> KVzap score and
                      compression ratio per benchmark, then the average compression ratio (see kvzap.report.tables)
@@ -52,6 +53,8 @@ def cell_row(path: Path) -> dict:
         "benchmark_type": metrics["benchmark"],
         "compression_ratio": metrics["compression_ratio"],
         "n_samples": metrics["n_samples"],
+        # samples needing more positions than the model's (run as they are, or cut: metrics.json names the policy)
+        "past_positions": metrics["long_samples"]["count"],
     }
     row.update({k: metrics[k] for k in SCORE_KEYS + KV_MEMORY if metrics.get(k) is not None})
     row.update({f"task:{task}": score for task, score in metrics.get("per_task", {}).items()})

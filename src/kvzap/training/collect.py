@@ -178,6 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description="Collect oracle (h, log KVzip+) pairs for surrogate training.")
     parser.add_argument("--model", type=Path, required=True, help="model.json written by kvzap.prepare.models")
     parser.add_argument("--corpus", required=True)
+    parser.add_argument("--corpus-revision", default=None, help="the Hub corpus's revision (default: main)")
     parser.add_argument("--min-tokens", type=int, required=True)
     parser.add_argument("--max-tokens", type=int, required=True)
     parser.add_argument("--n-test", type=int, required=True, help="held-out prompts per subset")
@@ -202,10 +203,19 @@ def main() -> None:
     torch.manual_seed(args.seed)
     model, tokenizer = models.load(args.model, dtype=args.dtype)
     record = models.read_record(args.model)
-    prompts = corpus.select(args.corpus, tokenizer, args.min_tokens, args.max_tokens, args.n_test, args.n_train)
+    prompts = corpus.select(
+        args.corpus, tokenizer, args.min_tokens, args.max_tokens, args.n_test, args.n_train, args.corpus_revision
+    )
+    # the Hub commit read, recorded (an offline corpus is pinned by its package versions)
+    read = (
+        {"corpus_revision": corpus.read_revision(args.corpus, args.corpus_revision)}
+        if corpus.on_hub(args.corpus)
+        else {}
+    )
     for split in ("test", "train"):
         settings = {
             "corpus": args.corpus,
+            **read,
             "split": split,
             "token_length": [args.min_tokens, args.max_tokens],
             "n_test": args.n_test,

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from kvzap.prepare import assets
 from kvzap.prepare.assets import OFFLINE_CORPORA
-from kvzap.prepare.hub_files import dataset_files
+from kvzap.prepare.hub_files import dataset_files, dataset_revision
 
 NEMOTRON = "nvidia/Nemotron-Pretraining-Dataset-sample"
 NEMOTRON_SUBSETS = (
@@ -99,27 +99,39 @@ def _pack(units: list[str], joiner: str, count, min_tokens: int, max_tokens: int
             current, estimate = [], 0
 
 
-def _hub_texts(subset: str, batch_rows: int = 256):
+def on_hub(corpus: str) -> bool:
+    return corpus == NEMOTRON
+
+
+def read_revision(corpus: str, revision: str | None = None) -> str:
+    """`<repo>@<commit>` of the Hub corpus at `revision`, for the oracle's settings (its files are cached by then)."""
+    return dataset_revision(corpus, dataset_files(corpus, f"{NEMOTRON_SUBSETS[0]}/*.parquet", revision))
+
+
+def _hub_texts(subset: str, revision: str | None = None, batch_rows: int = 256):
     """The `text` column of one Nemotron subset (config `subset`, split "train": the `<subset>/*.parquet` files),
     exactly as stored, in file order. Files are downloaded only when the stream reaches this subset, and read a
     batch of rows at a time, so memory stays bounded whatever the file size."""
     import pyarrow.parquet as pq
 
-    for path in dataset_files(NEMOTRON, f"{subset}/*.parquet"):
+    for path in dataset_files(NEMOTRON, f"{subset}/*.parquet", revision):
         for batch in pq.ParquetFile(path).iter_batches(batch_size=batch_rows, columns=["text"]):
             yield from batch.column("text").to_pylist()
 
 
 def select(
-    corpus: str, tokenizer, min_tokens: int, max_tokens: int, n_test: int, n_train: int
+    corpus: str, tokenizer, min_tokens: int, max_tokens: int, n_test: int, n_train: int, revision: str | None = None
 ) -> dict[str, list[Prompt]]:
-    """{"train": [...], "test": [...]} prompts, deterministic for a given corpus and tokenizer."""
+    """{"train": [...], "test": [...]} prompts, deterministic for a given corpus (at `revision`, on the Hub) and
+    tokenizer."""
 
     def count(text: str) -> int:
         return len(tokenizer.encode(text))
 
     if corpus == NEMOTRON:
-        sources = {s: (t for t in _hub_texts(s) if min_tokens < count(t) < max_tokens) for s in NEMOTRON_SUBSETS}
+        sources = {
+            s: (t for t in _hub_texts(s, revision) if min_tokens < count(t) < max_tokens) for s in NEMOTRON_SUBSETS
+        }
     elif corpus == "offline/paul-graham-essays":
         sources = {ESSAYS: _passages(assets.paul_graham_essays(), _sentences, " ", count, min_tokens, max_tokens)}
     elif corpus == "offline/mix":

