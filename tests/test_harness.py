@@ -29,7 +29,7 @@ def tiny_setup(tmp_path_factory):
     return root
 
 
-def _cell(root, out, method, value=None, subset="256", shard=(0, 1)):
+def _cell(root, out, method, value=None, subset="256", shard=(0, 1), extra=()):
     argv = [
         "--model",
         str(root / "model.json"),
@@ -58,6 +58,7 @@ def _cell(root, out, method, value=None, subset="256", shard=(0, 1)):
         f"ruler-{subset}",
         "--out",
         str(out),
+        *extra,
     ]
     return job.evaluate(job.parse_args(argv))[0]
 
@@ -105,10 +106,21 @@ def test_cells_tables_and_figures(tiny_setup, tmp_path):
     assert (tmp_path / "fig.png").stat().st_size > 1000 and (tmp_path / "task.pdf").exists()
 
 
-def test_context_longer_than_model_is_refused(tiny_setup, tmp_path):
-    with pytest.raises(SystemExit, match="allows 2048"):
-        _cell(tiny_setup, tmp_path / "x", "full", subset="4096")
-    assert not (tmp_path / "x").exists()
+@pytest.mark.parametrize("policy", ["run", "truncate_middle"])
+def test_samples_past_the_models_positions_run_and_are_counted(tiny_setup, tmp_path, policy):
+    """4096-token rows on a model of 2048 positions: never a failed job. `run` (kvpress's, the paper's) runs them as
+    they are, `truncate_middle` cuts their middle; either way the cell, its shards' merge and the table count them."""
+    parts = [tmp_path / f"part{k}" for k in range(2)]
+    for k, part in enumerate(parts):
+        _cell(tiny_setup, part, "full", subset="4096", shard=(k, 2), extra=["--long-samples", policy])
+    metrics = merge.merge(parts, tmp_path / "cell")
+    assert metrics["long_samples"]["policy"] == policy and metrics["long_samples"]["max_positions"] == 2048
+    assert metrics["long_samples"]["count"] == 4 == metrics["n_samples"]
+    assert metrics["long_samples"]["sample_ids"] == sorted(f"{t}-{i}" for t in ("niah_single_2", "vt") for i in (0, 1))
+    assert pd.read_csv(tmp_path / "cell" / "predictions.csv")["past_positions"].all()
+    assert aggregate.cell_row(tmp_path / "cell" / "metrics.json")["past_positions"] == 4
+    short = _cell(tiny_setup, tmp_path / "short", "full", extra=["--long-samples", policy])
+    assert short["long_samples"]["count"] == 0
 
 
 def test_missing_surrogate_is_named(tiny_setup, tmp_path):

@@ -57,13 +57,27 @@ def mean_interval(scores) -> tuple[float, float]:
     return bootstrap(lambda idx: scores[idx].mean(), len(scores))
 
 
-def task_scores(per_row: pd.Series, order: list[str] | tuple[str, ...] = ()) -> dict:
+def percent_of_total(values: list[float]) -> float:
+    """100 x the mean, in the order of operations of kvpress's LongBench scorer (a running total, x100, / n), so
+    that a mean on a rounding boundary rounds as the paper's numbers did."""
+    total = 0.0
+    for value in values:
+        total += value
+    return 100 * total / len(values)
+
+
+def task_scores(
+    per_row: pd.Series,
+    order: list[str] | tuple[str, ...] = (),
+    percent: Callable[[list[float]], float] = percent_of_total,
+) -> dict:
     """Per-sample scores in [0, 1] indexed by task -> per-task means and their mean over tasks (x100), each with
     its 95 % interval: {"per_task": {t: s}, "per_task_ci": {t: [lo, hi]}, "average": a, "average_ci": [lo, hi]};
-    the per-task entries follow `order` (a benchmark's task list), tasks outside it after them, sorted."""
+    the per-task entries follow `order` (a benchmark's task list), tasks outside it after them, sorted, each
+    computed by `percent` from its rows in order (a benchmark's reference arithmetic)."""
     tasks = per_row.index.to_numpy()
     values = per_row.to_numpy(dtype=float)
-    per_task = per_row.groupby(level=0).mean()
+    per_task = per_row.groupby(level=0, sort=False).agg(lambda group: percent(group.tolist()))
     rank = {task: i for i, task in enumerate(order)}
     per_task = per_task.loc[sorted(per_task.index, key=lambda task: (rank.get(task, len(rank)), task))]
     per_task_ci = {task: _percent(mean_interval(values[tasks == task])) for task in per_task.index}
@@ -75,9 +89,9 @@ def task_scores(per_row: pd.Series, order: list[str] | tuple[str, ...] = ()) -> 
 
     average_ci = per_task_ci[names[0]] if len(names) == 1 else _percent(bootstrap(average, len(values), codes))
     return {
-        "per_task": {t: round(100 * float(s), 2) for t, s in per_task.items()},
+        "per_task": {t: round(float(s), 2) for t, s in per_task.items()},
         "per_task_ci": per_task_ci,
-        "average": round(100 * float(per_task.mean()), 2),
+        "average": round(float(per_task.mean()), 2),
         "average_ci": average_ci,
     }
 

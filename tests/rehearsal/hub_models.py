@@ -2,11 +2,11 @@
 
 Each model keeps its real architecture (Qwen3 q/k-norm, GQA ratio, rope settings, vocab size) and its real tokenizer,
 scaled down to 2 layers and random bf16 weights (and Qwen3's 40,960 positions to 4,096, so that the LongBench
-NarrativeQA fixture passes them as the real NarrativeQA passes Qwen3's; Llama-3.1 keeps its 131,072), and ships the files its Hub repo ships
-(config.json in the Hub's format, generation_config.json, model.safetensors, tokenizer files). Around them: the
-Q-Filters repos QFilterPress downloads (nthngdy/<name>_qfilt) and a mirror of DuoAttention's attn_patterns/ folder
-for Llama-3.1 (read through KVZAP_DUO_PATTERNS, see kvzap.evaluation.duo_patterns). Deterministic (seeded weights,
-content-addressed commits); about 15 s of CPU to build.
+NarrativeQA fixture passes them as the real NarrativeQA passes Qwen3's; Llama-3.1 keeps its 131,072), and ships the
+files its Hub repo ships (config.json in the Hub's format, generation_config.json, model.safetensors, tokenizer
+files). Around them: the Q-Filters repos QFilterPress downloads (nthngdy/<name>_qfilt) and a mirror of DuoAttention's
+attn_patterns/ folder for Llama-3.1 (read through KVZAP_DUO_PATTERNS, see kvzap.evaluation.duo_patterns).
+Deterministic (seeded weights, content-addressed commits); about 15 s of CPU to build.
 
 Not written: kmfoda/booksum for duo_attention_on_the_fly. With HF_HUB_OFFLINE=1, datasets 5.2 refuses Hub datasets
 before looking at the Hub cache ("Couldn't reach 'kmfoda/booksum' on the Hub (OfflineModeIsEnabled)") and falls

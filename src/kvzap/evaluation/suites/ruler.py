@@ -407,4 +407,9 @@ def score(predictions: pd.DataFrame, departures: frozenset[str] = frozenset()) -
         ruler_score(t, p, list(a))
         for t, p, a in zip(predictions["task"], predictions["prediction"], predictions["answers"])
     ]
-    return task_scores(pd.Series(per_row, index=predictions["task"].to_numpy()), RULER_TASKS)
+    return task_scores(pd.Series(per_row, index=predictions["task"].to_numpy()), RULER_TASKS, kvpress_percent)
+
+
+def kvpress_percent(values: list[float]) -> float:
+    """kvpress's RULER arithmetic for a task's score: the sum / n, then x100."""
+    return sum(values) / len(values) * 100
