@@ -97,7 +97,7 @@ def test_nemotron_selection_follows_the_paper(monkeypatch):
     from kvzap.training import corpus
 
     texts = {s: [f"{s} " + "word " * n for n in (5, 20, 30, 12, 40, 25, 10)] for s in corpus.NEMOTRON_SUBSETS}
-    monkeypatch.setattr(corpus, "_hub_texts", lambda subset: iter(texts[subset]))
+    monkeypatch.setattr(corpus, "_hub_texts", lambda subset, revision: iter(texts[subset]))
     tok = tiny_tokenizer()
     count = lambda t: len(tok.encode(t))  # noqa: E731
     split = corpus.select(

@@ -12,7 +12,7 @@ EDGE_TEXTS = [
 
 
 def test_selection_keeps_text_exactly(monkeypatch):
-    monkeypatch.setattr(corpus, "_hub_texts", lambda subset: iter(EDGE_TEXTS))
+    monkeypatch.setattr(corpus, "_hub_texts", lambda subset, revision: iter(EDGE_TEXTS))
     split = corpus.select(corpus.NEMOTRON, tiny_tokenizer(), min_tokens=0, max_tokens=10_000, n_test=1, n_train=3)
     by_subset = {}
     for prompt in split["test"] + split["train"]:

@@ -61,3 +61,17 @@ def test_dimension_mismatch_is_explained():
 
     with pytest.raises(ValueError, match="does not match"):
         Surrogate(32, 2, 2).check_matches(tiny_config("llama", 100))
+
+
+def test_scores_are_float32_whatever_the_models_dtype():
+    """A bfloat16 model's attention inputs are scored by the float32 surrogate, which is never cast: not even a layer
+    moved `in_place` (a press's own surrogate) loses precision, so a later float32 model scores as a fresh load."""
+    torch.manual_seed(0)
+    model = Surrogate(16, 2, 2, hidden_dim=4)
+    original = {k: v.clone() for k, v in model.state_dict().items()}
+    h = torch.randn(1, 5, 16)
+    scores = model.score_layer(0, h.bfloat16())
+    assert scores.dtype == torch.float32
+    assert torch.equal(scores, model.score_layer(0, h.bfloat16().float()))  # only the input was rounded
+    assert model.layer_like(1, h.bfloat16(), in_place=True) is model.layers[1]
+    assert all(torch.equal(v, original[k]) for k, v in model.state_dict().items())

@@ -28,6 +28,10 @@ from kvzap.atomic import atomic_path, atomic_write_json
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
+# Surrogates score in float32 whatever the model's dtype: they are tiny (under 1.1 % of a layer's FLOPs), and in
+# bfloat16 a log score near the thresholds (-1 to -9) moves by up to 0.03, enough to flip keep/drop decisions
+# (benchmarks/cpu/demo_science.json measures what it changes on the demo).
+SCORE_DTYPE = torch.float32
 # A Hub model id: org/name, each part of letters, digits, '-', '_', '.' (no leading/trailing '-' or '.').
 HUB_ID = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_.-]*[A-Za-z0-9_])?/[A-Za-z0-9_](?:[A-Za-z0-9_.-]*[A-Za-z0-9_])?")
 # kvpress names checkpoints nvidia/KVzap-{linear|mlp}-<basename of the base model>; their config.json has no
@@ -135,16 +139,16 @@ class Surrogate(nn.Module):
 
     def score_layer(self, layer_idx: int, hidden_states: torch.Tensor) -> torch.Tensor:
         """hidden_states: (B, T, D) attention input of one layer -> (B, H, T) predicted log scores, computed in
-        their dtype and device (by a cast copy of the layer if needed: the surrogate itself is never changed)."""
+        float32 on their device (SCORE_DTYPE; a moved copy of the layer if needed: the surrogate is never changed)."""
         return apply_layer(self.layer_like(layer_idx, hidden_states), hidden_states)
 
     def layer_like(self, layer_idx: int, like: torch.Tensor, in_place: bool = False) -> nn.Module:
-        """Layer `layer_idx` in `like`'s device and dtype: itself if it already is; otherwise a cast copy, or,
-        with `in_place` (for a surrogate the caller owns), the layer cast in place."""
+        """Layer `layer_idx` on `like`'s device, in SCORE_DTYPE: itself if it already is; otherwise a copy, or, with
+        `in_place` (for a surrogate the caller owns), the layer moved in place."""
         layer = self.layers[layer_idx]
         if placed_like(layer, like):
             return layer
-        return (layer if in_place else copy.deepcopy(layer)).to(like.device, like.dtype)
+        return (layer if in_place else copy.deepcopy(layer)).to(like.device, SCORE_DTYPE)
 
     def config_dict(self) -> dict:
         return {
@@ -236,14 +240,16 @@ class Surrogate(nn.Module):
 
 
 def placed_like(layer: nn.Module, like: torch.Tensor) -> bool:
-    """Whether a surrogate layer's weights have `like`'s device and dtype (its first weight: this runs per token)."""
+    """Whether a surrogate layer's weights are on `like`'s device in SCORE_DTYPE (its first weight: this runs per
+    token)."""
     weight = (layer if isinstance(layer, nn.Linear) else layer[0]).weight
-    return weight.device == like.device and weight.dtype == like.dtype
+    return weight.device == like.device and weight.dtype == SCORE_DTYPE
 
 
 def apply_layer(layer: nn.Module, hidden_states: torch.Tensor) -> torch.Tensor:
-    """(B, T, D) -> (B, H, T) predicted log scores of one surrogate layer."""
-    return layer(hidden_states).transpose(1, 2)
+    """(B, T, D) -> (B, H, T) predicted log scores of one surrogate layer, in the layer's dtype."""
+    weight = (layer if isinstance(layer, nn.Linear) else layer[0]).weight
+    return layer(hidden_states.to(weight.dtype)).transpose(1, 2)
 
 
 def model_identity(model_config) -> str | None:

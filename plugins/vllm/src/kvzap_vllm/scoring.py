@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from kvzap.surrogate.model import Surrogate
+from kvzap.surrogate.model import SCORE_DTYPE, Surrogate
 from kvzap_vllm.settings import KVzapSettings
 
 
@@ -27,7 +27,8 @@ class Scorer:
     def _hook(self, index: int):
         def score(module, args, kwargs):
             h, positions = kwargs["hidden_states"], kwargs["positions"]
-            predicted = self.surrogate.layer_like(index, h, in_place=True)(h)  # (tokens, H_kv)
+            layer = self.surrogate.layer_like(index, h, in_place=True)  # float32, as the press scores
+            predicted = layer(h.to(SCORE_DTYPE))  # (tokens, H_kv)
             self.latest[index] = predicted
             if self.record:  # copies: vLLM reuses its position and activation buffers
                 self.scores.setdefault(index, []).append(
