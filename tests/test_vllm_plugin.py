@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
 sys.path.insert(0, str(ROOT / "plugins" / "vllm" / "src"))  # settings and refusals import no vLLM
 
-from kvzap_vllm.refusals import refusal  # noqa: E402
+from kvzap_vllm.refusals import attention_refusal, refusal  # noqa: E402
 from kvzap_vllm.settings import KVzapSettings  # noqa: E402
 
 needs_vllm = pytest.mark.skipif(
@@ -221,6 +221,22 @@ def _engine_config(**changes):
 def test_refusal_names_the_setting(changes, architecture, message):
     assert message in refusal(_engine_config(**changes), architecture, ("LlamaForCausalLM",))
     assert refusal(_engine_config(), "LlamaForCausalLM", ("LlamaForCausalLM",)) is None
+
+
+def _attention_group(builder_updates_tables=False, kernel_block_size=None):
+    builder = type("FlashAttentionMetadataBuilder", (), {"supports_update_block_table": builder_updates_tables})()
+    return SimpleNamespace(
+        get_metadata_builder=lambda ubatch: builder,
+        kernel_block_size=kernel_block_size,
+        kv_cache_spec=SimpleNamespace(block_size=32),
+    )
+
+
+def test_attention_that_would_drop_the_per_layer_lengths_is_refused_by_name():
+    assert attention_refusal([[_attention_group()], [_attention_group()]]) is None
+    reused = attention_refusal([[_attention_group()], [_attention_group(builder_updates_tables=True)]])
+    assert "FlashAttentionMetadataBuilder reuses one KV cache group's metadata" in reused
+    assert "--block-size 16" in attention_refusal([[_attention_group(kernel_block_size=16)]])
 
 
 def test_settings_read_the_kvzap_section():

@@ -26,6 +26,7 @@ from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 from kvzap.fill import layer_fill
 from kvzap_vllm.layout import entry_offsets
 from kvzap_vllm.ledger import LEDGER
+from kvzap_vllm.refusals import attention_refusal
 from kvzap_vllm.settings import prunes
 
 
@@ -49,6 +50,9 @@ class RequestPruning:
 
 class Pruner:
     def __init__(self, runner: GPUModelRunner):
+        reason = attention_refusal(runner.attn_groups)
+        if reason:
+            raise ValueError(f"KVzap cannot prune in this engine: {reason}.")
         self.runner, self.scorer = runner, runner.model.kvzap
         self.threshold, self.window = self.scorer.settings.threshold, self.scorer.settings.window
         self.ring = self.window + 2

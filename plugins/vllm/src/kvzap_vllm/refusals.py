@@ -42,3 +42,27 @@ def pruning_refusal(vllm_config, scheduler: str) -> str | None:
     if custom not in (None, scheduler) and not str(custom).endswith(".Scheduler"):
         return f"a custom scheduler ({custom}) is configured: pruning brings its own ({scheduler})"
     return None
+
+
+def attention_refusal(attention_groups) -> str | None:
+    """Why the worker's attention metadata cannot carry each layer's own lengths, or None. A metadata builder that
+    updates a cached metadata's block table (`supports_update_block_table`, as FlashAttention's does) makes vLLM
+    reuse one KV cache group's metadata, sequence lengths included, for the other groups, so every layer would read
+    the first layer's kept count; a kernel block size other than the KV cache manager's (the group's
+    `kernel_block_size`) breaks the compaction's slot arithmetic. `attention_groups`: the model runner's, per group."""
+    for groups in attention_groups:
+        for group in groups:
+            builder = group.get_metadata_builder(0)
+            if getattr(builder, "supports_update_block_table", False):
+                return (
+                    f"the attention metadata builder {type(builder).__name__} reuses one KV cache group's metadata "
+                    "for the others (supports_update_block_table), which would give every layer the same kept "
+                    "length: prune on vLLM's CPU backend, or serve with threshold -inf (scoring only)"
+                )
+            if getattr(group, "kernel_block_size", None) is not None:
+                return (
+                    f"the attention kernel's block size ({group.kernel_block_size}) differs from the KV cache "
+                    f"manager's ({group.kv_cache_spec.block_size}): start the engine with --block-size "
+                    f"{group.kernel_block_size}"
+                )
+    return None
