@@ -88,6 +88,7 @@ def test_cells_tables_and_figures(tiny_setup, tmp_path):
         out = tmp_path / "m" / "eval" / "ruler-256" / "256" / method / ("none" if value is None else f"{value:g}")
         metrics = _cell(tiny_setup, out, method, value)
         assert set(metrics["per_task"]) == {"niah_single_2", "vt"}
+        assert metrics["provenance"]["params"]["dataset_revision"] == "offline"  # what was read, recorded
         predictions = pd.read_csv(out / "predictions.csv")
         assert len(predictions) == 4 and "prediction" in predictions
         paths.append(out / "metrics.json")
