@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 CORES ?= $(shell nproc 2>/dev/null || sysctl -n hw.ncpu 2>/dev/null || echo 2)
 PIP := $(PY) -m pip install -q
 
-.PHONY: setup setup-test setup-gemma setup-vllm demo test lint report dry-run rehearsal clean
+.PHONY: setup setup-test setup-gemma setup-vllm demo test lint report dry-run prefetch rehearsal clean
 
 TOKENIZERS := .cache/tokenizers
 KVPRESS_SDIST := .cache/kvpress-sdist
@@ -96,6 +96,11 @@ lint: setup-test
 # One HTML file with every figure and table of the last `make demo` (or CONFIG=...), to open or send.
 report: setup
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" snakemake --report report.html $(if $(CONFIG),--configfile $(CONFIG))
+
+# Everything the config (CONFIG=..., default the demo's) reads from the Hub, downloaded into the Hub cache first, so
+# that a cluster without network runs it with HF_HUB_OFFLINE=1 (docs/pipeline.md); a gated model needs a token here.
+prefetch: setup
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" snakemake prefetch --cores 1 $(if $(CONFIG),--configfile $(CONFIG))
 
 # config/paper.yaml rehearsed on CPU (tiny models, real tokenizers, offline Hub cache); REHEARSAL_FLAGS=--local
 # runs it without a SLURM cluster.

@@ -2,7 +2,9 @@
 # rehearsal.sh - config/paper.yaml rehearsed end to end through `snakemake --profile slurm`: the three paper models
 # as tiny random models with their real architectures and tokenizers, every method, benchmark, table and figure,
 # from an offline Hub cache (tests/rehearsal/build.py). Passes when every table and every figure file exists and
-# every job went through sbatch (the cluster of .ci/slurm.sh must be up).
+# every job went through sbatch (the cluster of .ci/slurm.sh must be up). The run reads only what `snakemake prefetch`
+# downloaded beforehand from a fake Hub serving that cache (tests/fake_hub.py) into an empty one, so it also proves
+# that prefetch fetches everything the paper config reads.
 #
 # Usage: .ci/rehearsal.sh [--local]   (--local: snakemake --cores 2 instead of the SLURM profile)
 set -euo pipefail
@@ -10,11 +12,12 @@ cd "$(dirname "$0")/.."
 log() { printf '[rehearsal %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
 fail() { log "FAIL: $*"; echo "0 passed, 1 failed"; exit 1; }
 
-hub=$(mktemp -d /tmp/kvzap-hub.XXXXXX)
-trap 'rm -rf "$hub"' EXIT
+hub=$(mktemp -d /tmp/kvzap-hub.XXXXXX)            # the rehearsal's Hub, served by the fake Hub; logs
+prefetched=$(mktemp -d /tmp/kvzap-prefetched.XXXXXX)  # the run's Hub cache: what prefetch downloaded, nothing else
+server=
+stop_server() { [[ -z $server ]] || { kill "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true; }; server=; }
+trap 'stop_server; rm -rf "$hub" "$prefetched"' EXIT
 PYTHONPATH=$PWD python -m tests.rehearsal.build --cache "$hub" >&2
-export HF_HUB_CACHE=$hub HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 HF_DATASETS_CACHE=$hub/datasets \
-  KVZAP_DUO_PATTERNS=$hub/duo-attention-patterns
 export KVZAP_SLURM_PARTITION=${KVZAP_CI_PARTITION:-gpu} KVZAP_SLURM_ACCOUNT=${KVZAP_CI_ACCOUNT:-kvzap}
 rm -rf results/rehearsal
 
@@ -23,6 +26,26 @@ rm -rf results/rehearsal
 KNOWN_FAILURES=${KVZAP_KNOWN_FAILURES:-}
 # the paper config and the overlay that makes it small, merged as Snakemake merges --configfile files
 CONFIGS=(config/paper.yaml config/rehearsal.yaml)
+
+# Prefetch, online: the fake Hub serves $hub (and DuoAttention's patterns under /raw/, GitHub's stand-in).
+PYTHONPATH=$PWD python -m tests.fake_hub --cache "$hub" --raw "$hub/duo-attention-patterns" --port-file "$hub/port" \
+  >"$hub/fake_hub.out" 2>&1 &
+server=$!
+for _ in $(seq 150); do [[ -s $hub/port ]] && break; sleep 0.2; done
+[[ -s $hub/port ]] || { cat "$hub/fake_hub.out"; fail "the fake Hub did not start"; }
+endpoint=http://127.0.0.1:$(cat "$hub/port")
+t0=$SECONDS
+(
+  unset HF_HUB_OFFLINE HF_DATASETS_OFFLINE
+  export HF_ENDPOINT=$endpoint HF_HUB_CACHE=$prefetched HF_DATASETS_CACHE=$prefetched/datasets \
+    KVZAP_DUO_PATTERNS=$endpoint/raw
+  snakemake prefetch --cores 1 --configfile "${CONFIGS[@]}"
+) >"$hub/prefetch.out" 2>&1 || { tail -n 60 "$hub/prefetch.out"; fail "snakemake prefetch"; }
+stop_server
+grep '^|' "$hub/prefetch.out" >&2 || true
+log "prefetch: $((SECONDS - t0)) s, into $prefetched; the run below is offline and reads only that"
+export HF_HUB_CACHE=$prefetched HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 HF_DATASETS_CACHE=$prefetched/datasets \
+  KVZAP_DUO_PATTERNS=$prefetched/duo-attention-patterns
 
 if [[ ${1:-} == --local ]]; then
   run() { snakemake all --cores 2 --keep-going --configfile "${CONFIGS[@]}" "$@"; }

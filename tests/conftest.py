@@ -3,8 +3,15 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
+
+# Tests never reach the Hugging Face Hub: what they check must not depend on the machine's network or its Hub access
+# (planning config/paper.yaml online without a Llama-3.1 licence is refused, as it should be). Tests of the Hub's
+# answers run a fake Hub (tests/fake_hub.py) in a child process with its own environment.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from tiny_pruning import tiny_surrogate
 

