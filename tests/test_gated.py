@@ -107,7 +107,9 @@ def test_prepare_offline_without_the_model_says_prefetch(hub, tmp_path):
 def test_plan_refuses_a_gated_model_before_any_job(hub, tmp_path):
     result = run(["-m", "kvzap.plan", str(hub_config(tmp_path, GATED))], client_env(hub.url, tmp_path))
     message = one_line_refusal(result)
-    assert message.startswith(f"Invalid configuration: models.*.id = '{GATED}': a gated model on the Hugging Face Hub")
+    assert message.startswith(
+        f"Invalid configuration: models.llama.id = '{GATED}': a gated model on the Hugging Face Hub"
+    )
     assert all(part in message for part in FIX) and "HF_HUB_OFFLINE=1" in message
 
 
@@ -122,14 +124,14 @@ def test_snakemake_refuses_a_gated_model_at_parse(hub, tmp_path):
         timeout=300,
     )
     assert result.returncode != 0 and "Job stats" not in result.stdout
-    assert f"models.*.id = '{GATED}': a gated model" in result.stderr + result.stdout
+    assert f"models.llama.id = '{GATED}': a gated model" in result.stderr + result.stdout
 
 
 @pytest.mark.parametrize(
     "model_id, revision, expected",
     [
-        ("nobody/no-such-model", None, "models.*.id = 'nobody/no-such-model': the Hub has no model repository"),
-        (OPEN, "v9", f"models.*.revision = 'v9': the Hub has no revision 'v9' of {OPEN}"),
+        ("nobody/no-such-model", None, "models.llama.id = 'nobody/no-such-model': the Hub has no model repository"),
+        (OPEN, "v9", f"models.llama.revision = 'v9': the Hub has no revision 'v9' of {OPEN}"),
     ],
 )
 def test_plan_refuses_a_missing_repository_or_revision(hub, tmp_path, model_id, revision, expected):

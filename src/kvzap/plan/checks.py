@@ -10,7 +10,7 @@ from pathlib import Path, PurePosixPath
 from kvzap import families
 from kvzap.evaluation import duo_patterns, methods, refusals
 from kvzap.evaluation.suites import catalog
-from kvzap.plan.errors import fail
+from kvzap.plan.errors import ConfigError, fail
 from kvzap.plan.model_configs import model_config
 from kvzap.plan.sweep import cells, value_label
 from kvzap.prepare.assets import OFFLINE_CORPORA, OFFLINE_MODELS, OFFLINE_PACKAGES
@@ -73,7 +73,10 @@ def _check_model(name: str, model: dict) -> None:
     for i, method in enumerate(model.get("skip_methods", [])):
         _check_method(f"{key}.skip_methods[{i}]", method)
     _check_asset(f"{key}.id", model_id)
-    family = model_config(model_id, model.get("revision"))
+    try:
+        family = model_config(model_id, model.get("revision"))
+    except ConfigError as refused:  # the Hub refused the repository: name the entry
+        raise ConfigError(str(refused).replace("models.*.", f"models.{name}.", 1)) from None
     reason = family and families.out_of_reach(family)
     if reason:
         fail(
