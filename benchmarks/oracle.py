@@ -37,8 +37,7 @@ from transformers import DynamicCache
 from transformers.utils import logging
 
 from kvzap.atomic import atomic_write_json
-from kvzap.introspection import attention_modules
-from kvzap.oracle.attention import decoder
+from kvzap.introspection import attention_modules, decoder
 from kvzap.oracle.scores import RepeatPrompt, build_repeat_prompt, oracle_scores
 from kvzap.prepare.assets import paul_graham_essays
 from kvzap.prepare.models import ensure_prepared, load

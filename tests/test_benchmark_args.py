@@ -14,7 +14,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from records import nonnegative_int, output_file, positive_int, seconds, unit_fraction  # noqa: E402
 
 SCRIPTS = sorted(p for p in (ROOT / "benchmarks").glob("*.py") if p.name != "records.py")
-FREE_NUMBERS = {"--seed", "--threshold", "--thresholds"}  # any integer seed, any real threshold
+FREE_NUMBERS = {"--seed", "--seeds", "--threshold", "--thresholds"}  # any integer seed, any real threshold
 
 
 @pytest.mark.parametrize(
@@ -70,3 +70,24 @@ def test_a_script_stops_before_any_work():
     )
     assert run.returncode == 2
     assert "argument --tokens: 0 is below 1: give a whole number of at least 1" in run.stderr
+
+
+VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
+
+
+def _python_for(script: Path) -> Path:
+    """vllm_engine.py runs inside the vLLM environment (make setup-vllm; vllm_serving.py starts it there), the others
+    in the project's."""
+    return VLLM_PYTHON if script.name == "vllm_engine.py" else Path(sys.executable)
+
+
+RUNNABLE = [p for p in SCRIPTS if '__name__ == "__main__"' in p.read_text()]  # not the shared helper modules
+
+
+@pytest.mark.parametrize("script", RUNNABLE, ids=lambda p: p.name)
+def test_every_script_imports_and_prints_its_help(script):
+    """A moved or renamed import breaks a script only when it runs: each one imports and parses --help."""
+    python = _python_for(script)
+    assert python.exists(), f"{python} is missing: `make setup-test` builds both environments"
+    run = subprocess.run([str(python), str(script), "--help"], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert run.returncode == 0 and "usage:" in run.stdout, run.stderr[-2000:]

@@ -145,3 +145,35 @@ def test_chunking_changes_only_what_it_must():
     assert (chunked.kvzip_plus_log[..., :CHUNK] <= whole.kvzip_plus_log[..., :CHUNK] + 1e-6).all()
     torch.testing.assert_close(chunked.hidden, whole.hidden)
     assert not torch.allclose(chunked.kvzip[..., CHUNK:], whole.kvzip[..., CHUNK:], atol=0, rtol=1e-3)
+
+
+KVPRESS_AFTER_THE_ORACLE = """
+import sys, torch
+sys.path.insert(0, "tests")
+from tiny_models import TEXT, tiny_model, tiny_tokenizer
+from kvzap.oracle.scores import build_repeat_prompt, oracle_scores
+assert "kvpress" not in sys.modules
+tok = tiny_tokenizer()
+model = tiny_model("llama", len(tok))
+prompt = build_repeat_prompt(tok, TEXT[:200])
+before = oracle_scores(model, prompt).kvzip_plus_log
+import kvpress  # wraps every registered attention function, and calls them with dropout positional
+from kvzap.pruning import KVzapPress  # the presses' attention too
+after = oracle_scores(model, prompt).kvzip_plus_log
+assert torch.equal(before, after), (before - after).abs().max()
+print("same scores")
+"""
+
+
+def test_the_oracle_scores_the_same_before_and_after_kvpress_wraps_its_attention():
+    """In one process, as a user would: the oracle, then `import kvpress` (which wraps every attention function
+    registered so far), then the oracle again, which now runs through kvpress's wrapper."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    result = subprocess.run(
+        [sys.executable, "-c", KVPRESS_AFTER_THE_ORACLE], cwd=root, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0 and "same scores" in result.stdout, result.stderr[-2000:]

@@ -75,3 +75,14 @@ def test_scores_are_float32_whatever_the_models_dtype():
     assert torch.equal(scores, model.score_layer(0, h.bfloat16().float()))  # only the input was rounded
     assert model.layer_like(1, h.bfloat16(), in_place=True) is model.layers[1]
     assert all(torch.equal(v, original[k]) for k, v in model.state_dict().items())
+
+
+def test_the_class_imports_from_its_package_and_the_settings_stay_torch_free():
+    import subprocess
+    import sys
+
+    from kvzap.surrogate import Surrogate as FromPackage
+
+    assert FromPackage is Surrogate
+    check = "import sys, kvzap.surrogate.settings; assert 'torch' not in sys.modules, 'torch imported'"
+    assert subprocess.run([sys.executable, "-c", check], capture_output=True).returncode == 0

@@ -171,13 +171,16 @@ def _inner(module: nn.Module, implementation: str):
 
 
 def _oracle_attention(implementation: str):
-    def attention(module, query, key, value, attention_mask, scaling=None, **kwargs):
+    # transformers' calling convention for attention functions, dropout the sixth positional argument: kvpress wraps
+    # every registered function at import and calls it that way (tests/test_oracle.py runs both orders)
+    def attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
         """Score (when an oracle is active), then compute the output as `implementation` does."""
         scorer = _ACTIVE.get()
         if scorer is not None and module in scorer.index:
             scale = query.shape[-1] ** -0.5 if scaling is None else scaling
             scorer.observe(module, query, key, value, scale, kwargs.get("softcap"), kwargs.get("s_aux"))
-        return _inner(module, implementation)(module, query, key, value, attention_mask, scaling=scaling, **kwargs)
+        inner = _inner(module, implementation)
+        return inner(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
 
     return attention
 
