@@ -118,7 +118,9 @@ def main() -> None:
     parser.add_argument("--model", type=Path, required=True, help="model.json of the prepared demo model")
     parser.add_argument("--oracle", action="append", required=True, metavar="NAME=FOLDER", help="an oracle folder")
     parser.add_argument("--seeds", type=int, nargs="+", default=[42, 43, 44])
-    parser.add_argument("--settings", nargs="+", choices=list(MLP_SETTINGS), default=["paper"])
+    parser.add_argument(
+        "--settings", nargs="+", choices=list(MLP_SETTINGS), default=["paper"], help="MLP training, on the first data"
+    )
     parser.add_argument("--thresholds", type=float, nargs="+", default=[-2.6, -1.6, -1.0])
     parser.add_argument("--rows", nargs="+", choices=list(ROW_SETS), default=list(ROW_SETS))
     parser.add_argument("--model-dtypes", nargs="+", choices=["bfloat16", "float32"], default=["bfloat16", "float32"])
@@ -131,8 +133,9 @@ def main() -> None:
     oracles = dict(item.split("=", 1) for item in args.oracle)
 
     surrogates = []
-    for data, folder in oracles.items():
-        runs = [("linear", 0, "-")] + [("mlp", s, t) for s in args.seeds for t in args.settings]
+    for i, (data, folder) in enumerate(oracles.items()):  # training variants on the first (reference) data only
+        settings = args.settings if i == 0 else ["paper"]
+        runs = [("linear", 0, "-")] + [("mlp", s, t) for s in args.seeds for t in settings]
         for kind, seed, setting in runs:
             where = args.work / data / kind / setting / str(seed)
             r2 = train(Path(folder), where, kind, seed, setting)

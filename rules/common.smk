@@ -29,6 +29,7 @@ wildcard_constraints:
     method="[^/]+",
     value="[^/]+",
     kind="linear|mlp",
+    seed=r"\d+",
     shard=r"\d+",
     n_shards=r"\d+",
 
@@ -77,7 +78,9 @@ def rule_id(name):
 def _inputs(model, cell_methods):
     """The prepared model and every surrogate the cells' methods read."""
     kinds = sorted({methods.METHODS[m].surrogate for m in cell_methods} - {None})
-    surrogates = {f"surrogate_{k}": f"{paths.surrogate_dir(RESULTS, model, k)}/model.safetensors" for k in kinds}
+    surrogates = {
+        f"surrogate_{k}": [f"{d}/metrics.json" for d in commands.surrogate_dirs(config, model, k)] for k in kinds
+    }
     return {"model": paths.model_json(RESULTS, model), **surrogates}
 
 

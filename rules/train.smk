@@ -27,3 +27,22 @@ rule train_surrogate:
     shell:
         "OMP_NUM_THREADS={threads} python -m kvzap.training.fit {params.args} --data {params.data} "
         "--out $(dirname {output.model}) > {log} 2>&1"
+
+
+# Another seed of training.seeds (the MLP's), beside the first's folder: surrogates/<kind>-seed<seed>/.
+use rule train_surrogate as train_surrogate_seed with:
+    output:
+        **{
+            name: f"{paths.surrogate_dir(RESULTS, '{model}', '{kind}', '{seed}')}/{name}.{suffix}"
+            for name, suffix in (
+                ("model", "safetensors"),
+                ("config", "json"),
+                ("metrics", "json"),
+                ("test_predictions", "safetensors"),
+            )
+        },
+    log:
+        log_file("train", "{model}-{kind}-seed{seed}"),
+    params:
+        args=lambda wc: commands.train_args(config, wc.kind, int(wc.seed)),
+        data=lambda wc: paths.oracle_dir(RESULTS, wc.model),

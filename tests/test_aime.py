@@ -83,3 +83,11 @@ def test_score_pass_at_1_and_4():
     assert result["correct_by_rollout"] == {0: 1, 1: 0, 2: 1, 3: 0}
     assert result["n_problems"] == 2 and result["n_rollouts"] == 4
     assert aime.score(pd.DataFrame(rows[:1] + rows[4:5]))["pass@4"] is None  # one rollout: no pass@4
+
+    # the same rollouts as surrogate seed 1, and seed 2 answering p1 right every time: each seed's rollouts stay
+    # apart (pass@4 is per seed), then the seeds' mean per problem: pass@1 (25 + 75) / 2, pass@4 (50 + 100) / 2
+    seed2 = [{**r, "prediction": r"\boxed{117}"} if r["sample_id"] == "p1" else dict(r) for r in rows]
+    seeded = pd.DataFrame([{**r, "seed": 1} for r in rows] + [{**r, "seed": 2} for r in seed2])
+    result = aime.score(seeded)
+    assert (result["pass@1"], result["pass@4"], result["n_problems"]) == (50.0, 75.0, 2)
+    assert result["correct_by_rollout"] == {0: 1.5, 1: 0.5, 2: 1.5, 3: 0.5} and result["answered"] == 6.0

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import torch
 import yaml
 
 from kvzap.evaluation import job, merge, methods, presses
@@ -211,3 +212,28 @@ def test_bad_config_fails_before_any_job(tmp_path, change, message):
     assert result.returncode != 0
     assert message in result.stdout + result.stderr
     assert "prepare_model" not in result.stdout
+
+
+def test_a_cell_with_several_surrogate_seeds_scores_their_mean(tiny_setup, tmp_path):
+    """One folder per training seed: every seed answers every row (one shared prefill), the cell's score is the mean
+    of the seeds' own averages (each recorded), sharded or not, and the table carries each seed's."""
+    folders = []
+    for seed in (42, 43, 44):
+        torch.manual_seed(seed)
+        folder = tmp_path / f"linear-{seed}"
+        Surrogate(64, 2, 2).save_pretrained(folder)
+        (folder / "metrics.json").write_text(json.dumps({"seed": seed}))
+        folders.append(str(folder))
+    extra = ["--surrogate-linear", *folders]
+    whole = _cell(tiny_setup, tmp_path / "whole", "kvzap_linear", 0.0, extra=extra)
+    assert set(whole["seeds"]) == {"42", "43", "44"}
+    assert whole["average"] == pytest.approx(sum(whole["seeds"].values()) / 3, abs=0.01)
+    predictions = pd.read_csv(tmp_path / "whole" / "predictions.csv")
+    assert sorted(predictions["seed"].unique()) == [42, 43, 44] and len(predictions) == 3 * whole["n_samples"]
+    parts = [tmp_path / f"part{k}" for k in range(2)]
+    for k, part in enumerate(parts):
+        _cell(tiny_setup, part, "kvzap_linear", 0.0, shard=(k, 2), extra=extra)
+    merged = merge.merge(parts, tmp_path / "merged")
+    assert merged["seeds"] == whole["seeds"] and merged["average"] == pytest.approx(whole["average"])
+    row = aggregate.cell_row(tmp_path / "merged" / "metrics.json")
+    assert row["n_seeds"] == 3 and row["seed:43"] == whole["seeds"]["43"]

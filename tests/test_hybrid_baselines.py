@@ -173,10 +173,20 @@ def test_a_job_refuses_what_its_model_cannot_run(model_type, method, reason):
         job.check_family(_config(model_type), "m", ["full", method])
 
 
+def _loaded(cells, runs_per_cell=1):
+    return job.Loaded(cells, [[(None, None)] * runs_per_cell for _ in cells], None, None, None, None)
+
+
 def test_a_group_runs_cell_by_cell_where_the_batched_decode_would_drop_soft_caps_or_sinks():
-    cells = [("full", None), ("knorm", RATIO)]
-    assert job.shares_prefill(_config("gemma3_text"), cells) and job.shares_prefill(_config("llama"), cells)
-    assert not job.shares_prefill(_config("gemma2"), cells) and not job.shares_prefill(_config("gpt_oss"), cells)
+    group = _loaded([("full", None), ("knorm", RATIO)])
+    assert job.shares_prefill(_config("gemma3_text"), group) and job.shares_prefill(_config("llama"), group)
+    assert not job.shares_prefill(_config("gemma2"), group) and not job.shares_prefill(_config("gpt_oss"), group)
+
+
+def test_one_cell_with_several_surrogate_seeds_shares_its_prefill():
+    assert job.shares_prefill(_config("llama"), _loaded([("kvzap_mlp", -4.0)], runs_per_cell=3))
+    assert not job.shares_prefill(_config("llama"), _loaded([("kvzap_mlp", -4.0)]))
+    assert not job.shares_prefill(_config("llama"), _loaded([("kvzip", RATIO)], runs_per_cell=3))
 
 
 # config.json of Hub models, as the Hub serves them (the keys kvzap.families reads)

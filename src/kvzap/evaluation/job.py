@@ -25,7 +25,7 @@ from kvzap.atomic import atomic_write_json
 from kvzap.evaluation import long_samples, methods, presses, refusals
 from kvzap.evaluation.grouping import samples_per_decode
 from kvzap.evaluation.metrics import DEPARTURES
-from kvzap.evaluation.predictions import measured_means, write_predictions
+from kvzap.evaluation.predictions import measured_means, seed_averages, write_predictions
 from kvzap.evaluation.prefill_cache import memory_after_prefill, prefill_cache
 from kvzap.evaluation.shared_prefill import run_greedy_shared
 from kvzap.evaluation.suites import BENCHMARKS, benchmark_module
@@ -185,7 +185,7 @@ class Loaded:
     """What a job sets up once and every subset reuses: its cells, their presses, the model and the benchmark."""
 
     cells: list[tuple[str, float | None]]
-    built: list
+    built: list[list[tuple[int | None, object]]]  # per cell, its (surrogate seed, press) runs; one without seeds
     model: object
     tokenizer: object
     bench: object  # the benchmark's suite module (load, score, GENERATION)
@@ -214,9 +214,9 @@ def evaluate(args) -> list[dict]:
     generation = getattr(bench, "GENERATION", None)
     if generation and args.rollouts:
         generation = {**generation, "n_rollouts": args.rollouts}
-    surrogates = {"linear": args.surrogate_linear, "mlp": args.surrogate_mlp}
+    surrogates = {"linear": args.surrogate_linear or [], "mlp": args.surrogate_mlp or []}
     for (method, _), info in zip(cells, infos):
-        if info.surrogate and not (surrogates[info.surrogate] and Path(surrogates[info.surrogate]).is_dir()):
+        if info.surrogate and not (surrogates[info.surrogate] and all(p.is_dir() for p in surrogates[info.surrogate])):
             raise SystemExit(
                 f"Method {method} needs the {info.surrogate} surrogate folder (--surrogate-{info.surrogate}); "
                 "train it first."
@@ -225,7 +225,7 @@ def evaluate(args) -> list[dict]:
     model, tokenizer = models.load(args.model, dtype=args.dtype, attn_implementation=attn)
     check_family(model, args.model_name, [method for method, _ in cells])
     decoding = bool(generation and generation.get("decoding_compression"))
-    built = [presses.build(method, value, surrogates, decoding=decoding) for method, value in cells]
+    built = [runs(method, value, info, surrogates, decoding) for (method, value), info in zip(cells, infos)]
     loaded = Loaded(cells, built, model, tokenizer, bench, generation)
     folders = iter(args.out)
     outs = [[next(folders) for _ in args.subsets] for _ in cells]  # cell by cell
@@ -233,6 +233,27 @@ def evaluate(args) -> list[dict]:
     for i, subset in enumerate(args.subsets):
         results += evaluate_subset(args, loaded, subset, [o[i] for o in outs])
     return results
+
+
+def runs(
+    method: str, value, info, surrogates: dict[str, list[Path]], decoding: bool
+) -> list[tuple[int | None, object]]:
+    """One cell's (seed, press) runs: one per trained seed of its surrogate (each folder's metrics.json names its
+    seed), or a single unseeded one for a method without a surrogate."""
+    if not info.surrogate:
+        return [(None, presses.build(method, value, {}, decoding=decoding))]
+    folders = surrogates[info.surrogate]
+    built = [presses.build(method, value, {info.surrogate: folder}, decoding=decoding) for folder in folders]
+    if len(folders) == 1:
+        return [(None, built[0])]
+    return [(json.loads((folder / "metrics.json").read_text())["seed"], press) for folder, press in zip(folders, built)]
+
+
+def with_seeds(outputs: list[tuple[int | None, pd.DataFrame]]) -> pd.DataFrame:
+    """A cell's outputs over its runs: the one run's, or every seed's rows with a `seed` column."""
+    if len(outputs) == 1:
+        return outputs[0][1]
+    return pd.concat([output.assign(seed=seed) for seed, output in outputs], ignore_index=True)
 
 
 def check_family(model, name: str, cell_methods: list[str]) -> None:
@@ -247,10 +268,13 @@ def check_family(model, name: str, cell_methods: list[str]) -> None:
             )
 
 
-def shares_prefill(model, cells) -> bool:
-    """Whether a job's cells run as one prefill group: several, on a model whose own attention the batched decode
-    (kvzap.pruning.attention) computes; otherwise one at a time through kvpress's pipeline."""
-    return len(cells) > 1 and families.pruned_attention_reason(model.config.to_dict()) is None
+def shares_prefill(model, loaded: Loaded) -> bool:
+    """Whether a job's runs (its cells, each with its surrogate seeds) go as one prefill group: several runs of
+    methods that prune after attention, on a model whose own attention the batched decode (kvzap.pruning.attention)
+    computes; otherwise one at a time through kvpress's pipeline."""
+    several = sum(len(cell) for cell in loaded.built) > 1
+    after_attention = all(presses.get(method).shares_prefill for method, _ in loaded.cells)
+    return several and after_attention and families.pruned_attention_reason(model.config.to_dict()) is None
 
 
 def evaluate_subset(args, loaded: Loaded, subset: str, outs: list[Path]) -> list[dict]:
@@ -271,18 +295,19 @@ def evaluate_subset(args, loaded: Loaded, subset: str, outs: list[Path]) -> list
     rows = long_samples.apply(rows, loaded.tokenizer, max_positions(loaded.model), args.long_samples)
 
     sampled = bool(loaded.generation and loaded.generation.get("do_sample"))
-    if shares_prefill(loaded.model, loaded.cells):
-        decode_batch = args.decode_batch or len(loaded.built)
-        samples = samples_per_decode(args.batch_size, decode_batch, len(loaded.built))
-        outputs = run_greedy_shared(loaded.model, loaded.tokenizer, rows, loaded.built, decode_batch, samples)
+    flat = [press for cell in loaded.built for _, press in cell]
+    if shares_prefill(loaded.model, loaded) and not sampled:
+        decode_batch = args.decode_batch or len(flat)
+        samples = samples_per_decode(args.batch_size, decode_batch, len(flat))
+        answers = iter(run_greedy_shared(loaded.model, loaded.tokenizer, rows, flat, decode_batch, samples))
     elif sampled:
-        outputs = [
-            run_sampling(
-                loaded.model, loaded.tokenizer, rows, loaded.built[0], loaded.generation, args.seed, args.batch_size
-            )
-        ]
+        model, tokenizer, generation = loaded.model, loaded.tokenizer, loaded.generation
+        answers = iter(
+            run_sampling(model, tokenizer, rows, press, generation, args.seed, args.batch_size) for press in flat
+        )
     else:
-        outputs = [run_greedy(loaded.model, loaded.tokenizer, rows, press) for press in loaded.built]
+        answers = iter(run_greedy(loaded.model, loaded.tokenizer, rows, press) for press in flat)
+    outputs = [with_seeds([(seed, next(answers)) for seed, _ in cell]) for cell in loaded.built]
     # how rows were batched changes no greedy output (a sampled batch is seeded by its first row: that stays)
     layout = ("subsets", "out", "cells", "decode_batch") + (() if sampled else ("batch_size",))
     common = {k: v for k, v in vars(args).items() if k not in layout}
@@ -306,8 +331,9 @@ def write_cell(
     this cell alone would, and the dataset revision read."""
     method, value = cell
     predictions = rows.drop(columns=["context"]).merge(outputs, on="sample_id")
+    score = lambda rows: loaded.bench.score(rows, frozenset(args.departures))  # noqa: E731
     # a split cell is scored once, by its merge
-    metrics = loaded.bench.score(predictions, frozenset(args.departures)) if args.n_shards == 1 else {}
+    metrics = {**score(predictions), "seeds": seed_averages(score, predictions)} if args.n_shards == 1 else {}
     params = common | {"method": method, "value": value, "subset": subset, "model": str(args.model)}
     metrics.update(
         {
@@ -364,8 +390,10 @@ def parse_args(argv=None):
         help="rows generated as one batch: a sampling benchmark's rollouts, or a prefill group's samples x the cells "
         "decoded together (default: 1)",
     )
-    parser.add_argument("--surrogate-linear", type=Path, default=None)
-    parser.add_argument("--surrogate-mlp", type=Path, default=None)
+    parser.add_argument(
+        "--surrogate-linear", type=Path, nargs="+", default=None, help="a surrogate folder per training seed"
+    )
+    parser.add_argument("--surrogate-mlp", type=Path, nargs="+", default=None, help="a surrogate folder per seed")
     parser.add_argument("--n-samples", type=int, default=None, help="per task (default: all)")
     parser.add_argument("--max-new-tokens", type=int, default=None, help="cap on the benchmark's lengths")
     parser.add_argument("--rollouts", type=int, default=None, help="sampling benchmarks: rollouts per problem")

@@ -13,7 +13,7 @@ import pandas as pd
 
 from kvzap.atomic import atomic_write_json
 from kvzap.evaluation import long_samples
-from kvzap.evaluation.predictions import measured_means, read_predictions, write_predictions
+from kvzap.evaluation.predictions import measured_means, read_predictions, seed_averages, write_predictions
 from kvzap.evaluation.suites import benchmark_module
 from kvzap.provenance import stamp
 
@@ -29,7 +29,9 @@ def merge(parts: list[Path], out: Path) -> dict:
         [read_predictions(p / "predictions.csv", s["json_columns"]) for p, s in zip(parts, shards)], ignore_index=True
     )
     params = {k: v for k, v in first["provenance"]["params"].items() if k not in PER_SHARD}
-    metrics = benchmark_module(first["benchmark"]).score(predictions, frozenset(params.get("departures", [])))
+    bench, departures = benchmark_module(first["benchmark"]), frozenset(params.get("departures", []))
+    score = lambda rows: bench.score(rows, departures)  # noqa: E731
+    metrics = {**score(predictions), "seeds": seed_averages(score, predictions)}
     long = first["long_samples"]
     metrics.update(
         {

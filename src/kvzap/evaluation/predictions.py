@@ -35,3 +35,23 @@ MEASUREMENTS = ("compression_ratio", *KV_MEMORY)
 
 def measured_means(predictions: pd.DataFrame) -> dict:
     return {key: float(predictions[key].mean()) for key in MEASUREMENTS if key in predictions}
+
+
+def mean_over_seeds(per_row: pd.Series, predictions: pd.DataFrame) -> pd.Series:
+    """Per-row scores (indexed by task) of a cell evaluated with several surrogate seeds (a `seed` column) -> one
+    score per sample, its mean over the seeds, so that intervals resample samples (the independent units) and the
+    average is the mean of the seeds' averages. Without seeds, the scores as they are, in row order."""
+    if "seed" not in predictions:
+        return per_row
+    frame = pd.DataFrame(
+        {"sample": predictions["sample_id"].to_numpy(), "task": per_row.index, "score": per_row.values}
+    )
+    means = frame.groupby(["sample", "task"], sort=False)["score"].mean()
+    return pd.Series(means.to_numpy(), index=means.index.get_level_values("task"))
+
+
+def seed_averages(score, predictions: pd.DataFrame) -> dict[str, float]:
+    """Each surrogate seed's own average, {seed: score(its rows)["average"]}; {} for a cell without seeds."""
+    if "seed" not in predictions:
+        return {}
+    return {str(seed): score(rows)["average"] for seed, rows in predictions.groupby("seed", sort=True)}

@@ -247,7 +247,7 @@ def run_greedy_shared(
     progress = tqdm(total=len(todo), desc=f"samples ({len(presses)} cells, one prefill each, {samples} per batch)")
     for start in range(0, len(todo), samples):
         batch = todo[start : start + samples]
-        prompts = [_prompt(pipe, row, model.device) for row in batch]
+        prompts = [pipeline_prompt(pipe, row, model.device) for row in batch]
         prefills = [record(model, context_ids) for context_ids, _ in prompts]
         for first in range(0, len(presses), decode_batch):
             chunk = presses[first : first + decode_batch]
@@ -274,7 +274,7 @@ def run_greedy_shared(
     return [pd.DataFrame(cell) for cell in out]
 
 
-def _prompt(pipe, row, device) -> tuple[torch.Tensor, list[int]]:
+def pipeline_prompt(pipe, row, device) -> tuple[torch.Tensor, list[int]]:
     """(1, T) context ids and the question's ids, with the pipeline's own chat template, question suffix and
     truncation, as the per-cell path gets them."""
     options = pipe._sanitize_parameters(question=row.question, answer_prefix=row.answer_prefix)[0]

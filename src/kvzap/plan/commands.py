@@ -21,9 +21,25 @@ def training_settings(config: dict, kind: str) -> dict:
     return {key: config["training"][key] for key in TRAINING_KEYS[kind]}
 
 
-def train_args(config: dict, kind: str) -> str:
+def surrogate_seeds(config: dict, kind: str) -> list[int]:
+    """The seeds a surrogate kind is trained with: every training.seeds for the MLP (default: the run's seed), the
+    first alone for the ridge, which has no randomness."""
+    seeds = config["training"].get("seeds") or [config["seed"]]
+    return list(seeds) if kind == "mlp" else seeds[:1]
+
+
+def surrogate_dirs(config: dict, model: str, kind: str) -> list[str]:
+    """One folder per training seed, the first seed's first (paths.surrogate_dir)."""
+    first, *others = surrogate_seeds(config, kind)
+    results = config["results"]
+    return [paths.surrogate_dir(results, model, kind)] + [paths.surrogate_dir(results, model, kind, s) for s in others]
+
+
+def train_args(config: dict, kind: str, seed: int | None = None) -> str:
+    """The training of one surrogate: `seed` (default the kind's first) picks which of training.seeds."""
     settings = training_settings(config, kind)
-    args = ["--kind", kind, "--seed", str(config["seed"])]
+    seed = surrogate_seeds(config, kind)[0] if seed is None else seed
+    args = ["--kind", kind, "--seed", str(seed)]
     for key, value in settings.items():
         args += [f"--{key.replace('_', '-')}", str(value)]
     return shlex.join(args)
@@ -106,7 +122,7 @@ def evaluate_args(config: dict, job: EvalJob, shard: int, n_shards: int) -> str:
     args += ["--departures", *config["evaluation"]["departures"]] if config["evaluation"]["departures"] else []
     args += ["--model-name", job.model, "--bench-name", job.bench, "--cells", *(cell_token(*c) for c in job.cells)]
     for kind in sorted({methods.METHODS[m].surrogate for m, _ in job.cells} - {None}):
-        args += [f"--surrogate-{kind}", paths.surrogate_dir(results, job.model, kind)]
+        args += [f"--surrogate-{kind}", *surrogate_dirs(config, job.model, kind)]
     if job.group is not None:
         args += ["--decode-batch", str(config["evaluation"]["decode_batch"])]
     batch_size = config["evaluation"]["batch_size"].get(job.model, 1)

@@ -19,8 +19,9 @@ def oracle_manifest(results: str, model: str, split: str, kv_ablation: bool = Fa
     return f"{oracle_dir(results, model, kv_ablation)}/{split}/manifest.json"
 
 
-def surrogate_dir(results: str, model: str, kind: str) -> str:
-    return f"{results}/{model}/surrogates/{kind}"
+def surrogate_dir(results: str, model: str, kind: str, seed: int | str | None = None) -> str:
+    """A trained surrogate: the first training seed's (the published one), or beside it another seed's."""
+    return f"{results}/{model}/surrogates/{kind}" + ("" if seed is None else f"-seed{seed}")
 
 
 def cell_dir(results: str, cell: Cell) -> str:

@@ -1,7 +1,8 @@
 """Collect every evaluation cell and surrogate into the paper's tables (CSV for machines, Markdown for people).
 
 results.csv          one row per cell: model, benchmark, subset, method, value, compression ratio, samples and how many
-                     were past the model's positions, scores, per-task, and each score's 95 % interval
+                     were past the model's positions, surrogate seeds (scores are their mean; seed:<seed>, each
+                     one's average), scores, per-task, and each score's 95 % interval
                      (ci_low:<score>, ci_high:<score>; kvzap.intervals)
 surrogates.csv       Table 1: mean R^2 per model and surrogate kind
 best.csv             Table 2: the KVzap configuration fixed per model (--table2), full cache -> KVzap score and
@@ -55,7 +56,10 @@ def cell_row(path: Path) -> dict:
         "n_samples": metrics["n_samples"],
         # samples needing more positions than the model's (run as they are, or cut: metrics.json names the policy)
         "past_positions": metrics["long_samples"]["count"],
+        # a cell run with several surrogate seeds: its scores are their mean, and seed:<seed> each one's average
+        "n_seeds": max(1, len(metrics.get("seeds") or {})),
     }
+    row.update({f"seed:{seed}": average for seed, average in (metrics.get("seeds") or {}).items()})
     row.update({k: metrics[k] for k in SCORE_KEYS + KV_MEMORY if metrics.get(k) is not None})
     row.update({f"task:{task}": score for task, score in metrics.get("per_task", {}).items()})
     intervals = {k: metrics.get(f"{k}_ci") for k in SCORE_KEYS}

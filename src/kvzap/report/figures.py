@@ -49,7 +49,8 @@ def _save(fig, out: Path) -> None:
 
 def _summary(cells: pd.DataFrame, metrics: list[str]) -> pd.DataFrame:
     """Per (method, value): compression ratio and each metric averaged over the cells (subsets), with its 95 %
-    interval (kvzap.intervals.mean_over_cells)."""
+    interval (kvzap.intervals.mean_over_cells), and for cells run with several surrogate seeds the range of the
+    seeds' own averages."""
     rows = []
     for (method, value), group in cells.groupby(["method", "value"], dropna=False, sort=False):
         row = {"method": method, "value": value, "compression_ratio": group["compression_ratio"].mean()}
@@ -57,6 +58,9 @@ def _summary(cells: pd.DataFrame, metrics: list[str]) -> pd.DataFrame:
             if metric in group and group[metric].notna().any():
                 low, high = ci_columns(metric)
                 row[metric], row[low], row[high] = mean_over_cells(group, metric)
+        seeds = [c for c in group if c.startswith("seed:") and group[c].notna().all()]
+        if seeds:  # each seed's average over the subsets, and their range
+            row["seed_min"], row["seed_max"] = group[seeds].mean().min(), group[seeds].mean().max()
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -94,7 +98,7 @@ def _curves(ax, cells: pd.DataFrame, metric: str, chosen: list[str] | None, line
         x = group["compression_ratio"]
         if narrow:
             x = np.full(len(group), centre + DODGE * (names.index(method) - (len(names) - 1) / 2))
-        ax.errorbar(
+        drawn = ax.errorbar(
             x,
             group[metric],
             yerr=errors,
@@ -106,6 +110,10 @@ def _curves(ax, cells: pd.DataFrame, metric: str, chosen: list[str] | None, line
             label=methods.label(method) if legend else None,
             **STYLE.get(method, {}),
         )
+        if metric == "average" and "seed_min" in group and group["seed_min"].notna().any():
+            # several surrogate seeds: the point is their mean, the wide pale bar the range of their own scores
+            color = drawn.lines[0].get_color()
+            ax.vlines(x, group["seed_min"], group["seed_max"], colors=color, lw=6, alpha=0.25)
     if narrow:
         ax.set_xlim(centre - DODGE * len(names), centre + DODGE * len(names))
         ax.set_xlabel(

@@ -158,14 +158,17 @@ def score(predictions: pd.DataFrame, departures: frozenset[str] = frozenset()) -
         correct=[aime_correct(p, a[0]) for p, a in zip(predictions["prediction"], predictions["answers"])],
         answered=[aime_answered(p) for p in predictions["prediction"]],
     )
-    per_problem = df.groupby("sample_id")["correct"].agg(["size", "sum"])
+    # a cell evaluated with several surrogate seeds: each seed's rollouts apart, then per problem the seeds' mean
+    keys, n_seeds = (["seed", "sample_id"], df["seed"].nunique()) if "seed" in df else (["sample_id"], 1)
+    per_problem = df.groupby(keys)["correct"].agg(["size", "sum"])
     n_min = int(per_problem["size"].min())
 
     def pass_k(k: int) -> tuple[float | None, list[float] | None]:
         """pass@k x100 and its 95 % interval, resampling problems (the independent units)."""
         if k > n_min:
             return None, None
-        per = per_problem.apply(lambda r: pass_at_k(r["size"], r["sum"], k), axis=1).to_numpy(dtype=float)
+        estimates = per_problem.apply(lambda r: pass_at_k(r["size"], r["sum"], k), axis=1)
+        per = estimates.groupby(level="sample_id").mean().to_numpy(dtype=float)
         low, high = bootstrap(lambda idx: per[idx].mean(), len(per))
         return round(100 * float(per.mean()), 2), [round(100 * low, 2), round(100 * high, 2)]
 
@@ -179,11 +182,18 @@ def score(predictions: pd.DataFrame, departures: frozenset[str] = frozenset()) -
         "pass@1_ci": pass1_ci,
         "pass@4": pass4,
         "pass@4_ci": pass4_ci,
-        "answered": int(df["answered"].sum()),
-        "n_problems": len(per_problem),
+        "answered": _per_seed(df["answered"].sum(), n_seeds),
+        "n_problems": int(df["sample_id"].nunique()),
         "n_rollouts": n_min,
-        "correct_by_rollout": {int(r): int(c) for r, c in df.groupby("rollout")["correct"].sum().items()},
+        "correct_by_rollout": {
+            int(r): _per_seed(c, n_seeds) for r, c in df.groupby("rollout")["correct"].sum().items()
+        },
     }
+
+
+def _per_seed(count, n_seeds: int):
+    """A count over a cell's rows, per surrogate seed: the count itself for one seed, else the seeds' mean."""
+    return int(count) if n_seeds == 1 else round(float(count) / n_seeds, 2)
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ from pathlib import Path
 import pandas as pd
 
 from kvzap.evaluation.metrics import longbench_score
+from kvzap.evaluation.predictions import mean_over_seeds
 from kvzap.evaluation.suites.catalog import LONGBENCH_SUBSETS
 from kvzap.intervals import task_scores
 from kvzap.prepare import archives
@@ -209,6 +210,7 @@ def score(predictions: pd.DataFrame, departures: frozenset[str] = frozenset()) -
         ],
         index=predictions["task"].to_numpy(),
     )
+    per_row = mean_over_seeds(per_row, predictions)
     without_trec = per_row[per_row.index != "trec"]
     rest = task_scores(without_trec) if len(without_trec) else {"average": None, "average_ci": None}
     return {

@@ -26,6 +26,7 @@ from pathlib import Path
 import pandas as pd
 
 from kvzap.evaluation.metrics import ruler_score
+from kvzap.evaluation.predictions import mean_over_seeds
 from kvzap.evaluation.suites.catalog import RULER_HUB_ONLY_TASKS, RULER_OFFLINE_TASKS, RULER_TASKS
 from kvzap.intervals import task_scores
 from kvzap.prepare.assets import paul_graham_essays
@@ -407,7 +408,8 @@ def score(predictions: pd.DataFrame, departures: frozenset[str] = frozenset()) -
         ruler_score(t, p, list(a))
         for t, p, a in zip(predictions["task"], predictions["prediction"], predictions["answers"])
     ]
-    return task_scores(pd.Series(per_row, index=predictions["task"].to_numpy()), RULER_TASKS, kvpress_percent)
+    per_row = mean_over_seeds(pd.Series(per_row, index=predictions["task"].to_numpy()), predictions)
+    return task_scores(per_row, RULER_TASKS, kvpress_percent)
 
 
 def kvpress_percent(values: list[float]) -> float:
