@@ -27,7 +27,7 @@ from transformers import DynamicCache
 
 from kvzap import dtypes
 from kvzap.atomic import atomic_write_json
-from kvzap.evaluation.shared_prefill import _prompt
+from kvzap.evaluation.shared_prefill import pipeline_prompt
 from kvzap.evaluation.suites import benchmark_module
 from kvzap.plan import commands, paths, sweep
 from kvzap.plan.schema import SCHEMA, validate
@@ -88,7 +88,7 @@ def time_floor(config: dict, group: sweep.EvalJob, dtype: str, shard: int, n_sha
     stops = torch.tensor(stop if isinstance(stop, list) else [stop], device=model.device)
     prefill_s = decode_s = 0.0
     for row in rows.itertuples():
-        context_ids, question = _prompt(pipe, row, model.device)
+        context_ids, question = pipeline_prompt(pipe, row, model.device)
         start = time.perf_counter()
         cache = DynamicCache(config=model.config)
         model.model(input_ids=context_ids, past_key_values=cache)

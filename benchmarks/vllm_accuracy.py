@@ -1,0 +1,146 @@
+"""Accuracy through the engine: the demo's RULER-style rows, prompted exactly as the demo prompts them (kvpress's
+pipeline: the chat-templated context, then the question, the end of the user turn and the answer prefix), answered
+greedily by dense vLLM and by vLLM with the KVzap plugin at each threshold, scored with the demo's scorer and 95 %
+intervals. Beside each: the plugin's compression (its fill policy, per layer) as `KVzapLayerFillPress` measures it
+in transformers on the same prompts, and KVzap's own per-head ratio. The headline threshold of a surrogate is the
+highest whose accuracy stays inside the dense engine's interval. Each engine runs in .venv-vllm (`make setup-vllm`).
+
+    cd benchmarks && python vllm_accuracy.py --model-json <demo>/model.json \
+        --surrogate linear=<demo>/surrogates/linear --surrogate mlp=<demo>/surrogates/mlp --out cpu/vllm_accuracy.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import tempfile
+from pathlib import Path
+
+import torch
+from transformers import pipeline
+
+import ruler_rows
+from demo_science import cpu_flags
+from kvzap.atomic import atomic_write_json
+from kvzap.evaluation.shared_prefill import pipeline_prompt
+from kvzap.pruning import KVzapLayerFillPress, KVzapPress
+from kvzap.surrogate.model import resolve_folder
+from records import output_file, print_table
+from vllm_serving import run_engine
+
+COLUMNS = ["surrogate", "threshold", "score", "score_ci", "fill_ratio", "kvzap_ratio", "inside_dense_interval"]
+
+
+def demo_prompts(model, tokenizer, rows) -> list[list[int]]:
+    """Each row's token ids as kvpress's pipeline feeds them: context ids, then question + suffix + answer prefix."""
+    pipe = pipeline("kv-press-text-generation", model=model, tokenizer=tokenizer, device=model.device)
+    prompts = []
+    for row in rows.itertuples():
+        context, question = pipeline_prompt(pipe, row, model.device)
+        prompts.append(context[0].tolist() + question)
+    return prompts
+
+
+def answers(model, tokenizer, tokens: list[list[int]]) -> list[str]:
+    """The engine ran a fixed length past the end token (ignore_eos): cut each answer where generate would stop."""
+    end = model.generation_config.eos_token_id
+    end = {end} if isinstance(end, int) else set(end or [])
+    texts = []
+    for ids in tokens:
+        stop = next((i for i, t in enumerate(ids) if t in end), len(ids))
+        texts.append(tokenizer.decode(ids[:stop], skip_special_tokens=True))
+    return texts
+
+
+def scored(bench, rows, texts: list[str]) -> dict:
+    predictions = rows.drop(columns=["context"]).assign(prediction=texts)
+    return bench.score(predictions)
+
+
+def mean_ratio(model, prompts: list[list[int]], press) -> float:
+    """A press's compression ratio over the prompts (a prefill of each, in transformers)."""
+    ratios = []
+    for prompt in prompts:
+        with torch.no_grad(), press(model):
+            model(torch.tensor([prompt]))
+        ratios.append(press.compression_ratio)
+    return sum(ratios) / len(ratios)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ruler_rows.add_arguments(parser, "512", ["niah_single_2"], 30)
+    parser.add_argument("--surrogate", action="append", required=True, metavar="NAME=FOLDER")
+    parser.add_argument("--thresholds", type=float, nargs="+", default=[-2.6, -1.6, -1.0, 0.0, 0.5])
+    parser.add_argument("--out", type=output_file, required=True)
+    args = parser.parse_args()
+    surrogates = dict(item.split("=", 1) for item in args.surrogate)
+    for name, folder in surrogates.items():
+        try:
+            resolve_folder(folder)
+        except FileNotFoundError as err:
+            parser.error(f"--surrogate {name}: {err}")
+    model, tokenizer, bench, rows = ruler_rows.model_and_rows(args)
+    prompts = demo_prompts(model, tokenizer, rows)
+    new_tokens = int(rows["max_new_tokens"].max())
+    model_json = json.loads(Path(args.model_json).read_text())
+    engine = {"dtype": "float32", "enforce_eager": True, "enable_prefix_caching": False, "max_num_seqs": 64}
+    engine |= {"max_model_len": max(map(len, prompts)) + new_tokens, "block_size": 32}
+    engine |= {"hf_overrides": {"kvzap_model_id": model_json["model_id"]}}  # the surrogates' base model
+    records = []
+    with tempfile.TemporaryDirectory() as folder:
+        folder = Path(folder)
+        (folder / "prompts.json").write_text(json.dumps(prompts))
+        dense_run = run_engine(folder, "dense", model_json["path"], engine, new_tokens)
+        dense = scored(bench, rows, answers(model, tokenizer, dense_run["tokens"]))
+        low, high = dense["average_ci"]
+        records.append(
+            {"surrogate": "dense vLLM", "threshold": None, "score": dense["average"], "score_ci": [low, high]}
+        )
+        for name, surrogate in surrogates.items():
+            for tau in args.thresholds:
+                kvzap = {"surrogate": str(Path(surrogate).resolve()), "threshold": tau}
+                run = run_engine(
+                    folder,
+                    f"{name}{tau}",
+                    model_json["path"],
+                    engine | {"additional_config": {"kvzap": kvzap}},
+                    new_tokens,
+                )
+                result = scored(bench, rows, answers(model, tokenizer, run["tokens"]))
+                fill = KVzapLayerFillPress(surrogate, threshold=tau, decoding=True)
+                records.append(
+                    {
+                        "surrogate": name,
+                        "threshold": tau,
+                        "score": result["average"],
+                        "score_ci": result["average_ci"],
+                        "fill_ratio": mean_ratio(model, prompts, fill),
+                        "kvzap_ratio": mean_ratio(model, prompts, KVzapPress(surrogate, threshold=tau)),
+                        "inside_dense_interval": low <= result["average"] <= high,
+                    }
+                )
+                print_table(records[-1:], COLUMNS)
+    headline = {
+        name: max(
+            (r["threshold"] for r in records if r["surrogate"] == name and r["inside_dense_interval"]), default=None
+        )
+        for name in surrogates
+    }
+    print_table(records, COLUMNS)
+    print(f"headline thresholds (highest inside the dense engine's interval): {headline}")
+    atomic_write_json(
+        args.out,
+        {
+            "args": {k: str(v) for k, v in vars(args).items()},
+            "machine": {"cpu_flags": cpu_flags(), "processor": platform.processor()},
+            "prompt_tokens": list(map(len, prompts)),
+            "records": records,
+            "headline_threshold": headline,
+        },
+    )
+
+
+if __name__ == "__main__":
+    main()
