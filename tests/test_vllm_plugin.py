@@ -1,8 +1,10 @@
 """The vLLM plugin (plugins/vllm) on vLLM's CPU backend, with the demo's real model (SmolLM2-135M from its PyPI
-GGUF): at tau = -inf an engine with the plugin generates exactly plain vLLM's tokens; the scores it computes inside
-vLLM equal the surrogate's scores of the attention inputs transformers computes (an independent forward); bad
-settings and unsupported engine settings are refused by name. The engine runs in its own environment (vLLM pins
-transformers >= 5.16, kvpress < 5.3): `make setup-vllm` builds it, and these tests run it as a subprocess."""
+GGUF, a LlamaForCausalLM) and tiny random models of the paper's other families (Qwen3, Qwen2, Mistral): at tau = -inf
+an engine with the plugin generates exactly plain vLLM's tokens; at a fixed tau it generates the transformers path's
+tokens and frees the blocks; the scores it computes inside vLLM equal the surrogate's scores of the attention inputs
+transformers computes (an independent forward); bad settings and unsupported engine settings are refused by name.
+The engine runs in its own environment (vLLM pins transformers >= 5.16, kvpress < 5.3): `make setup-vllm` builds
+it, and these tests run it as a subprocess."""
 
 from __future__ import annotations
 
@@ -15,18 +17,21 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from transformers import AutoModelForCausalLM
 
+from family_models import build
 from kvzap.introspection import attention_modules
 from kvzap.prepare import models
 from kvzap.pruning import KVzapLayerFillPress
 from kvzap.surrogate.model import Surrogate
-from tiny_models import TEXT
+from tiny_models import TEXT, tiny_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
 sys.path.insert(0, str(ROOT / "plugins" / "vllm" / "src"))  # settings and refusals import no vLLM
 
-from kvzap_vllm.refusals import attention_refusal, refusal  # noqa: E402
+from kvzap_vllm.architectures import ARCHITECTURES  # noqa: E402
+from kvzap_vllm.refusals import attention_refusal, refusal, sliding_refusal  # noqa: E402
 from kvzap_vllm.settings import KVzapSettings  # noqa: E402
 
 needs_vllm = pytest.mark.skipif(
@@ -51,13 +56,57 @@ def demo(tmp_path_factory):
     )
 
 
+# The paper's other families, as tiny random models (tests/family_models.py builds them as the family matrix does),
+# sized for vLLM's CPU attention kernels: head_dim 64 (Qwen3: 128, as Qwen3-8B), 4 query heads over 2 KV heads.
+# Random weights give flat logits; tied embeddings of std 0.15 over a 400-token vocabulary keep greedy decoding
+# decisive: the smallest top-2 logit gap of the pruned generations below is 1.9e-3, where vLLM's and transformers'
+# float32 logits differ by at most ~3e-5.
+FAMILIES = {"qwen3": dict(head_dim=128), "qwen2": {}, "mistral": {}}
+
+
+@pytest.fixture(scope="module")
+def tiny_families(tmp_path_factory):
+    """family -> what `demo` holds, for a tiny random model of the family saved to (and loaded back from) a folder,
+    built on first use. The surrogate names the folder as its base model, so both sides check it."""
+    built = {}
+
+    def get(family: str) -> SimpleNamespace:
+        if family not in built:
+            folder, name, tokenizer = tmp_path_factory.mktemp(family), f"tiny-{family}", tiny_tokenizer()
+            sizes = dict(hidden_size=256, num_attention_heads=4, head_dim=64, intermediate_size=512)
+            sizes |= dict(initializer_range=0.15, tie_word_embeddings=True, **FAMILIES[family])
+            build(family, 400, **sizes).save_pretrained(folder / name)
+            tokenizer.save_pretrained(folder / name)
+            model = AutoModelForCausalLM.from_pretrained(folder / name, dtype=torch.float32).eval()
+            torch.manual_seed(0)
+            config = model.config
+            surrogate = Surrogate(config.hidden_size, config.num_key_value_heads, config.num_hidden_layers, 32)
+            surrogate.base_model = name
+            surrogate.save_pretrained(folder / "surrogate")
+            prompts = [tokenizer(TEXT).input_ids[:320], tokenizer("Paul Graham wrote essays about").input_ids]
+            built[family] = SimpleNamespace(
+                folder=folder, hf=str(folder / name), model=model, surrogate=surrogate, prompts=prompts
+            )
+        return built[family]
+
+    return get
+
+
+@pytest.fixture(params=["llama", *FAMILIES])
+def served(request):
+    """The model an engine test serves: the demo's SmolLM2 (llama), or a tiny random model of another family."""
+    if request.param == "llama":
+        return request.getfixturevalue("demo")
+    return request.getfixturevalue("tiny_families")(request.param)
+
+
 def run_engine(
-    demo, name: str, prompts, kvzap: dict | None = None, engine: dict | None = None, extra: tuple = ()
+    served, name: str, prompts, kvzap: dict | None = None, engine: dict | None = None, extra: tuple = ()
 ) -> dict:
-    (demo.folder / f"{name}.prompts.json").write_text(json.dumps(prompts))
-    out = demo.folder / f"{name}.json"
-    command = [str(VLLM_PYTHON), str(ROOT / "tests" / "vllm" / "run_engine.py"), "--model", demo.hf]
-    command += ["--prompts", str(demo.folder / f"{name}.prompts.json"), "--out", str(out)]
+    (served.folder / f"{name}.prompts.json").write_text(json.dumps(prompts))
+    out = served.folder / f"{name}.json"
+    command = [str(VLLM_PYTHON), str(ROOT / "tests" / "vllm" / "run_engine.py"), "--model", served.hf]
+    command += ["--prompts", str(served.folder / f"{name}.prompts.json"), "--out", str(out)]
     command += ["--kvzap", json.dumps(kvzap)] if kvzap else []
     command += ["--engine", json.dumps(engine)] if engine else []
     command += list(extra)
@@ -83,9 +132,11 @@ def attention_inputs(model, ids: torch.Tensor) -> dict[int, torch.Tensor]:
 
 
 @needs_vllm
-def test_plugin_at_minus_infinity_generates_plain_vllms_tokens(demo):
-    plain = run_engine(demo, "plain", demo.prompts)
-    kvzap = run_engine(demo, "kvzap", demo.prompts, {"surrogate": str(demo.folder / "surrogate")})
+def test_plugin_at_minus_infinity_generates_plain_vllms_tokens(served):
+    plain = run_engine(served, "plain", served.prompts)
+    kvzap = run_engine(served, "kvzap", served.prompts, {"surrogate": str(served.folder / "surrogate")})
+    architecture = type(served.model).__name__  # transformers' class: the architecture vLLM serves
+    assert plain["model_class"] == kvzap["model_class"] == f"KVzap{architecture}"  # the override, scoring or not
     assert not plain["has_scorer"] and kvzap["has_scorer"]
     assert kvzap["tokens"] == plain["tokens"]
     assert all(len(tokens) == 16 for tokens in plain["tokens"])  # the prompts do not stop at once
@@ -107,20 +158,22 @@ def test_scores_inside_vllm_equal_the_surrogates_on_transformers_attention_input
         assert torch.allclose(got, expected, atol=2e-4, rtol=1e-4), (layer, (got - expected).abs().max())
 
 
-def score_quantile(demo, q: float) -> float:
+def score_quantile(served, q: float) -> float:
     """A threshold at which every head keeps about 1 - q of the first prompt's tokens."""
-    hidden = attention_inputs(demo.model, torch.tensor([demo.prompts[0]]))
+    hidden = attention_inputs(served.model, torch.tensor([served.prompts[0]]))
     with torch.no_grad():
-        scores = torch.cat([demo.surrogate.score_layer(i, h[None]).flatten() for i, h in hidden.items()])
+        scores = torch.cat([served.surrogate.score_layer(i, h[None]).flatten() for i, h in hidden.items()])
     return scores.quantile(q).item()
 
 
-def press_generate(demo, prompt: list[int], tau: float, new_tokens: int) -> tuple[list[int], KVzapLayerFillPress]:
+def press_generate(served, prompt: list[int], tau: float, new_tokens: int) -> tuple[list[int], KVzapLayerFillPress]:
     """The transformers path under the plugin's fill policy: greedy tokens, and the press that pruned them."""
-    press = KVzapLayerFillPress(str(demo.folder / "surrogate"), threshold=tau, decoding=True)
-    with torch.no_grad(), press(demo.model):
+    press = KVzapLayerFillPress(str(served.folder / "surrogate"), threshold=tau, decoding=True)
+    with torch.no_grad(), press(served.model):
         # no stop and no ban: the end token is one more token, as under vLLM's ignore_eos
-        out = demo.model.generate(torch.tensor([prompt]), max_new_tokens=new_tokens, eos_token_id=None, do_sample=False)
+        out = served.model.generate(
+            torch.tensor([prompt]), max_new_tokens=new_tokens, eos_token_id=None, do_sample=False
+        )
     return out[0, len(prompt) :].tolist(), press
 
 
@@ -136,22 +189,23 @@ def assert_blocks_fit_the_kept_entries(record) -> dict:
 
 
 @needs_vllm
-def test_pruning_in_vllm_generates_the_transformers_tokens_and_frees_the_blocks(demo):
+def test_pruning_in_vllm_generates_the_transformers_tokens_and_frees_the_blocks(served):
     """At a fixed threshold the engine prunes as KVzapLayerFillPress (the same fill policy) does in transformers: the
     same greedy tokens, the same entries removed per (request, layer), and each layer holds exactly the blocks its
-    kept entries fill. The prompts cover a prompt judged at prefill and one judged only while decoding."""
-    prompts = [demo.prompts[0], demo.prompts[0][100:], demo.prompts[1]]
+    kept entries fill. The prompts cover a prompt judged at prefill and one judged only while decoding. For each of
+    the paper's families: the demo's Llama and tiny Qwen3, Qwen2 and Mistral models."""
+    prompts = [served.prompts[0], served.prompts[0][100:], served.prompts[1]]
     new_tokens = 150  # past the window for the short prompt too
-    tau = score_quantile(demo, 0.6)  # every head keeps ~40 %: the fill policy keeps more, KVzap's ratio less
-    settings = {"surrogate": str(demo.folder / "surrogate"), "threshold": tau}
+    tau = score_quantile(served, 0.6)  # every head keeps ~40 %: the fill policy keeps more, KVzap's ratio less
+    settings = {"surrogate": str(served.folder / "surrogate"), "threshold": tau}
     extra = ("--max-tokens", str(new_tokens), "--ignore-eos")
-    record = run_engine(demo, "pruned", prompts, settings, {"block_size": 32}, extra)
+    record = run_engine(served, "pruned", prompts, settings, {"block_size": 32}, extra)
 
     held, dense = (sum(x) for x in zip(*assert_blocks_fit_the_kept_entries(record).values()))
     assert held < 0.9 * dense, (held, dense)  # fewer blocks than the dense cache would hold
     assert record["preemptions"] == []
     for row, prompt in enumerate(prompts):
-        tokens, press = press_generate(demo, prompt, tau, new_tokens)
+        tokens, press = press_generate(served, prompt, tau, new_tokens)
         assert record["tokens"][row] == tokens, row
         removed = {layer: counts[0][0] for layer, counts in press.removed_counts.items()}  # (H,) per layer
         assert [int(removed[layer][0]) for layer in sorted(removed)] == record["removed"][str(row)], row
@@ -194,6 +248,24 @@ def test_the_engine_refuses_settings_kvzap_cannot_serve_under(demo, engine, mess
     assert message in record["error"] and "KVzap cannot serve this engine" in record["error"]
 
 
+@needs_vllm
+def test_pruning_refuses_sliding_window_layers_and_names_the_fix(tiny_families):
+    """Mistral v0.1's config slides every layer over 4096 tokens: vLLM gives those layers a bounded cache
+    (SlidingWindowSpec), which the pruning cannot take, so the engine refuses at start and names the fix."""
+    mistral = tiny_families("mistral")
+    settings = {"surrogate": str(mistral.folder / "surrogate"), "threshold": 0.0}
+    engine = {"hf_overrides": {"sliding_window": 4096}}
+    record = run_engine(mistral, "sliding", mistral.prompts[:1], settings, engine)
+    assert "KVzap cannot serve this engine: 2 of 2 attention layers" in record["error"]
+    assert "slide over a 4096-token window" in record["error"] and "--disable-sliding-window" in record["error"]
+
+
+def test_sliding_refusal_names_the_sliding_layers():
+    assert sliding_refusal({"model.layers.0.self_attn.attn": None, "model.layers.1.self_attn.attn": None}) is None
+    mixed = sliding_refusal({"model.layers.0.self_attn.attn": None, "model.layers.1.self_attn.attn": 512})
+    assert mixed.startswith("1 of 2 attention layers (model.layers.1.self_attn.attn, ...) slide over a 512-token")
+
+
 def _engine_config(**changes):
     config = SimpleNamespace(
         cache_config=SimpleNamespace(enable_prefix_caching=False),
@@ -212,15 +284,16 @@ def _engine_config(**changes):
 @pytest.mark.parametrize(
     ("changes", "architecture", "message"),
     [
-        ({}, "Qwen3ForCausalLM", "Qwen3ForCausalLM has no KVzap override (supported: LlamaForCausalLM)"),
-        ({"cache_config__enable_prefix_caching": True}, "LlamaForCausalLM", "prefix caching is on"),
-        ({"speculative_config": object()}, "LlamaForCausalLM", "speculative decoding is configured"),
-        ({"model_config__enforce_eager": False}, "LlamaForCausalLM", "--enforce-eager"),
+        ({}, "Gemma3ForCausalLM", "Gemma3ForCausalLM has no KVzap override (supported: LlamaForCausalLM, Qwen3"),
+        ({"cache_config__enable_prefix_caching": True}, "Qwen3ForCausalLM", "prefix caching is on"),
+        ({"speculative_config": object()}, "Qwen2ForCausalLM", "speculative decoding is configured"),
+        ({"model_config__enforce_eager": False}, "MistralForCausalLM", "--enforce-eager"),
     ],
 )
 def test_refusal_names_the_setting(changes, architecture, message):
-    assert message in refusal(_engine_config(**changes), architecture, ("LlamaForCausalLM",))
-    assert refusal(_engine_config(), "LlamaForCausalLM", ("LlamaForCausalLM",)) is None
+    assert message in refusal(_engine_config(**changes), architecture, tuple(ARCHITECTURES))
+    for supported in ("LlamaForCausalLM", "Qwen3ForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM"):
+        assert refusal(_engine_config(), supported, tuple(ARCHITECTURES)) is None
 
 
 def _attention_group(builder_updates_tables=False, kernel_block_size=None):

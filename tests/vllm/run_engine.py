@@ -37,11 +37,13 @@ def main() -> None:
         return
     prompts = [TokensPrompt(prompt_token_ids=ids) for ids in json.loads(args.prompts.read_text())]
     has_scorer = llm.apply_model(lambda model: getattr(model, "kvzap", None) is not None)[0]
+    model_class = llm.apply_model(lambda model: type(model).__name__)[0]
     if has_scorer:
         llm.apply_model(lambda model: model.kvzap.clear())
     sampling = SamplingParams(temperature=0, max_tokens=args.max_tokens, ignore_eos=args.ignore_eos)
     outputs = llm.generate(prompts, sampling, use_tqdm=False)
     record = {"tokens": [list(o.outputs[0].token_ids) for o in outputs], "has_scorer": has_scorer}
+    record["model_class"] = model_class  # the plugin's override serves the architecture, kvzap section or not
     scheduler = llm.llm_engine.engine_core.engine_core.scheduler
     pool = scheduler.kv_cache_manager.block_pool
     record["blocks"] = {"total": scheduler.kv_cache_config.num_blocks, "free_after": pool.get_num_free_blocks()}

@@ -7,11 +7,14 @@ pruning scheduler (the model is built before the KV cache and the scheduler, in 
 from __future__ import annotations
 
 from vllm.model_executor.models.llama import LlamaForCausalLM
+from vllm.model_executor.models.mistral import MistralForCausalLM
+from vllm.model_executor.models.qwen2 import Qwen2ForCausalLM
+from vllm.model_executor.models.qwen3 import Qwen3ForCausalLM
 
 from kvzap.surrogate.model import Surrogate
 from kvzap_vllm import groups, pruner
 from kvzap_vllm.architectures import ARCHITECTURES
-from kvzap_vllm.refusals import pruning_refusal, refusal
+from kvzap_vllm.refusals import pruning_refusal, refusal, sliding_refusal
 from kvzap_vllm.scoring import Scorer
 from kvzap_vllm.settings import KVzapSettings, prunes
 
@@ -25,7 +28,9 @@ def attach_scorer(model, vllm_config, architecture: str) -> Scorer | None:
         return None
     reason = refusal(vllm_config, architecture, tuple(ARCHITECTURES))
     if prunes(vllm_config):
-        reason = reason or pruning_refusal(vllm_config, SCHEDULER)
+        attention = vllm_config.compilation_config.static_forward_context  # layer name -> the attention vLLM built
+        windows = {name: getattr(layer, "sliding_window", None) for name, layer in attention.items()}
+        reason = reason or pruning_refusal(vllm_config, SCHEDULER) or sliding_refusal(windows)
     if reason:
         raise ValueError(f"KVzap cannot serve this engine: {reason}.")
     surrogate = Surrogate.from_pretrained(settings.surrogate)
@@ -41,7 +46,19 @@ def attach_scorer(model, vllm_config, architecture: str) -> Scorer | None:
     return scorer
 
 
-class KVzapLlamaForCausalLM(LlamaForCausalLM):
-    def __init__(self, *, vllm_config, prefix: str = ""):
-        super().__init__(vllm_config=vllm_config, prefix=prefix)
-        self.kvzap = attach_scorer(self, vllm_config, "LlamaForCausalLM")
+def kvzap_override(base: type) -> type:
+    """`base` (vLLM's class for one architecture) with the scorer attached once the model is built. One recipe for
+    every family: their decoders all have .model.layers[i].self_attn, called with positions= and hidden_states=."""
+
+    def __init__(self, *, vllm_config, prefix: str = "", **kwargs):
+        base.__init__(self, vllm_config=vllm_config, prefix=prefix, **kwargs)
+        self.kvzap = attach_scorer(self, vllm_config, base.__name__)
+
+    name = f"KVzap{base.__name__}"
+    return type(name, (base,), {"__init__": __init__, "__module__": __name__, "__qualname__": name})
+
+
+KVzapLlamaForCausalLM = kvzap_override(LlamaForCausalLM)
+KVzapQwen3ForCausalLM = kvzap_override(Qwen3ForCausalLM)
+KVzapQwen2ForCausalLM = kvzap_override(Qwen2ForCausalLM)
+KVzapMistralForCausalLM = kvzap_override(MistralForCausalLM)

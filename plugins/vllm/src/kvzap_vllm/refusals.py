@@ -44,6 +44,21 @@ def pruning_refusal(vllm_config, scheduler: str) -> str | None:
     return None
 
 
+def sliding_refusal(windows: dict[str, int | None]) -> str | None:
+    """Why the model's attention layers cannot be pruned, or None. A sliding-window layer keeps a cache vLLM bounds
+    itself (its SlidingWindowSpec, which the one-group-per-layer layout does not take) and transformers' KVzap
+    leaves alone. `windows`: the attention layers vLLM built, name -> sliding window (None: full attention)."""
+    sliding = sorted(name for name, window in windows.items() if window is not None)
+    if not sliding:
+        return None
+    sizes = "/".join(str(size) for size in sorted({windows[name] for name in sliding}))
+    return (
+        f"{len(sliding)} of {len(windows)} attention layers ({sliding[0]}, ...) slide over a {sizes}-token window, "
+        "and pruning needs full-attention layers: start the engine with --disable-sliding-window "
+        "(disable_sliding_window=True; vLLM then attends over every token and caps max_model_len at the window)"
+    )
+
+
 def attention_refusal(attention_groups) -> str | None:
     """Why the worker's attention metadata cannot carry each layer's own lengths, or None. A metadata builder that
     updates a cached metadata's block table (`supports_update_block_table`, as FlashAttention's does) makes vLLM
