@@ -249,6 +249,22 @@ def test_the_engine_refuses_settings_kvzap_cannot_serve_under(demo, engine, mess
 
 
 @needs_vllm
+def test_a_kvzap_section_on_an_architecture_without_an_override_is_refused(tmp_path):
+    """vLLM runs its own class for an architecture the plugin does not override: the worker refuses the engine by
+    name instead of serving it without KVzap."""
+    tokenizer = tiny_tokenizer()
+    sizes = dict(hidden_size=256, num_attention_heads=4, intermediate_size=512)
+    build("phi3", 400, **sizes).save_pretrained(tmp_path / "tiny-phi3")
+    tokenizer.save_pretrained(tmp_path / "tiny-phi3")
+    phi3 = SimpleNamespace(folder=tmp_path, hf=str(tmp_path / "tiny-phi3"))
+    record = run_engine(phi3, "phi3", [tokenizer(TEXT).input_ids[:50]], {"surrogate": str(tmp_path / "none")})
+    assert (
+        "KVzap cannot serve this engine: the model architecture Phi3ForCausalLM has no KVzap override"
+        in (record["error"])
+    )
+
+
+@needs_vllm
 def test_pruning_refuses_sliding_window_layers_and_names_the_fix(tiny_families):
     """Mistral v0.1's config slides every layer over 4096 tokens: vLLM gives those layers a bounded cache
     (SlidingWindowSpec), which the pruning cannot take, so the engine refuses at start and names the fix."""

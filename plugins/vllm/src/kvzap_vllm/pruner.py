@@ -24,10 +24,11 @@ from vllm.utils.math_utils import cdiv
 from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
 from kvzap.fill import layer_fill
+from kvzap_vllm.architectures import ARCHITECTURES
 from kvzap_vllm.layout import entry_offsets
 from kvzap_vllm.ledger import LEDGER
-from kvzap_vllm.refusals import attention_refusal
-from kvzap_vllm.settings import prunes
+from kvzap_vllm.refusals import attention_refusal, refusal
+from kvzap_vllm.settings import KVzapSettings, prunes
 
 
 def _layer_index(layer_names: list[str]) -> int:
@@ -218,11 +219,20 @@ class Pruner:
 
 
 _ORIGINAL = GPUModelRunner.initialize_kv_cache
+SUPPORTED = tuple(ARCHITECTURES)
 
 
 def initialize_kv_cache(self, kv_cache_config, is_profiling: bool = False, *args, **kwargs):
-    _ORIGINAL(self, kv_cache_config, is_profiling, *args, **kwargs)
+    """Every engine's worker, once its model is built: a `kvzap` section that no override read (an architecture the
+    plugin does not serve, whose own vLLM class ran) is refused by name, never dropped; a pruning engine gets its
+    compaction."""
+    settings = KVzapSettings.read(self.vllm_config.additional_config)
     scorer = getattr(self.model, "kvzap", None)
+    if settings is not None and scorer is None:
+        architecture = (self.vllm_config.model_config.architectures or ["?"])[0]
+        reason = refusal(self.vllm_config, architecture, SUPPORTED) or "its model was built without the KVzap scorer"
+        raise ValueError(f"KVzap cannot serve this engine: {reason}.")
+    _ORIGINAL(self, kv_cache_config, is_profiling, *args, **kwargs)
     if scorer is not None and prunes(self.vllm_config) and not is_profiling:
         self.kvzap_pruner = Pruner(self)
 
