@@ -18,39 +18,16 @@ import tempfile
 from pathlib import Path
 
 import torch
-from transformers import pipeline
 
 import ruler_rows
 from demo_science import cpu_flags
 from kvzap.atomic import atomic_write_json
-from kvzap.evaluation.shared_prefill import pipeline_prompt
 from kvzap.pruning import KVzapLayerFillPress, KVzapPress
 from kvzap.surrogate.model import resolve_folder
 from records import output_file, print_table
-from vllm_serving import run_engine
+from vllm_runs import answers, demo_prompts, run_engine
 
 COLUMNS = ["surrogate", "threshold", "score", "score_ci", "fill_ratio", "kvzap_ratio", "inside_dense_interval"]
-
-
-def demo_prompts(model, tokenizer, rows) -> list[list[int]]:
-    """Each row's token ids as kvpress's pipeline feeds them: context ids, then question + suffix + answer prefix."""
-    pipe = pipeline("kv-press-text-generation", model=model, tokenizer=tokenizer, device=model.device)
-    prompts = []
-    for row in rows.itertuples():
-        context, question = pipeline_prompt(pipe, row, model.device)
-        prompts.append(context[0].tolist() + question)
-    return prompts
-
-
-def answers(model, tokenizer, tokens: list[list[int]]) -> list[str]:
-    """The engine ran a fixed length past the end token (ignore_eos): cut each answer where generate would stop."""
-    end = model.generation_config.eos_token_id
-    end = {end} if isinstance(end, int) else set(end or [])
-    texts = []
-    for ids in tokens:
-        stop = next((i for i, t in enumerate(ids) if t in end), len(ids))
-        texts.append(tokenizer.decode(ids[:stop], skip_special_tokens=True))
-    return texts
 
 
 def scored(bench, rows, texts: list[str]) -> dict:

@@ -13,8 +13,10 @@ from records import output_file, positive_int
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the engine core in this process: its scheduler is read
 
 
-def watch(scheduler, layers: int, steps: list) -> None:
-    """Record each schedule's outcome; blocks count per-layer blocks (dense: one block spans every layer)."""
+def watch(scheduler, layers: int, steps: list, start: list[float]) -> None:
+    """Record each schedule's outcome; blocks count per-layer blocks (dense: one block spans every layer). Each step
+    also records when it was scheduled (seconds since `start[0]`) and how many tokens each running request had output
+    by then, from which a request's first-token and per-token times follow (one step's resolution)."""
     schedule, groups = scheduler.schedule, len(scheduler.kv_cache_config.kv_cache_groups)
     size = scheduler.kv_cache_config.kv_cache_groups[0].kv_cache_spec.block_size
     pool = scheduler.kv_cache_manager.block_pool
@@ -25,10 +27,12 @@ def watch(scheduler, layers: int, steps: list) -> None:
         dense = sum(-(-r.num_computed_tokens // size) for r in scheduler.running) * layers
         steps.append(
             {
+                "seconds": time.perf_counter() - start[0],
                 "running": len(scheduler.running),
                 "preempted": len(output.preempted_req_ids or ()),
                 "held_layer_blocks": held,
                 "dense_layer_blocks": dense,
+                "outputs": {r.request_id: r.num_output_tokens for r in scheduler.running},
             }
         )
         return output
@@ -50,12 +54,13 @@ def main() -> None:
     llm = LLM(model=args.model, **json.loads(args.engine))
     core = llm.llm_engine.engine_core.engine_core
     steps: list = []
-    watch(core.scheduler, llm.llm_engine.vllm_config.model_config.hf_config.num_hidden_layers, steps)
+    start = [time.perf_counter()]
+    watch(core.scheduler, llm.llm_engine.vllm_config.model_config.hf_config.num_hidden_layers, steps, start)
     prompts = [TokensPrompt(prompt_token_ids=ids) for ids in json.loads(args.prompts.read_text())]
     sampling = SamplingParams(temperature=0, max_tokens=args.max_tokens, ignore_eos=True)
-    start = time.perf_counter()
+    start[0] = time.perf_counter()
     outputs = llm.generate(prompts, sampling, use_tqdm=False)
-    seconds = time.perf_counter() - start
+    seconds = time.perf_counter() - start[0]
     tokens = [list(o.outputs[0].token_ids) for o in outputs]
     record = {"tokens": tokens, "seconds": seconds, "steps": steps, "blocks": core.scheduler.kv_cache_config.num_blocks}
     args.out.write_text(json.dumps(record))

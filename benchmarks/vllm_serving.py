@@ -1,20 +1,23 @@
-"""Sequences served at a fixed KV memory by vLLM with the KVzap plugin against dense vLLM: a long-prompt workload
-(RULER-style contexts on the demo model, every request submitted at once, greedy, a fixed number of new tokens), the
-same `kv_cache_memory_bytes` for both engines. Per engine: peak and mean running sequences, preemptions, output
-tokens/s, and the realised compression (the blocks the dense cache would hold for the running sequences / the blocks
-held); beside it KVzap's logical compression, and whether each engine's greedy tokens equal the transformers path's
-(dense, and under the same fill policy: KVzapLayerFillPress, decoding=True), with where and by what logit margin
-those that differ first leave it. Each engine runs in .venv-vllm (`make setup-vllm`).
+"""Serving as engineers measure it: a workload of the demo's RULER-style requests, prompted as the demo prompts them
+(kvpress's pipeline: chat template, question, answer prefix), all submitted at once (a saturated queue), greedy, served
+by dense vLLM and by vLLM with the KVzap plugin at the same `kv_cache_memory_bytes`. Workloads:
+  decode-heavy   ~1k-token prompts, 256 new tokens each (the AIME-like case: decoding is judged and pruned)
+  prefill-heavy  ~4k-token prompts, 16 new tokens each
+Per engine: mean and peak running sequences, preemptions, output tokens/s, time to first token and time per output
+token (p50, p95; one scheduler step's resolution), the realised compression (the blocks the dense cache would hold for
+the running sequences / the blocks held), the accuracy of the answers (the demo's scorer, cut at the end token) and,
+for the first `--check-tokens` requests, whether the greedy tokens equal the transformers path's (dense, and under the
+plugin's fill policy: KVzapLayerFillPress, decoding=True), with where and by what logit margin any first differs. Each
+engine runs in .venv-vllm (`make setup-vllm`).
 
-    cd benchmarks && python vllm_serving.py --model-json <demo>/model.json --surrogate <demo>/surrogates/mlp \
-        --threshold 0.5 --out cpu/vllm_serving.json
+    cd benchmarks && python vllm_serving.py --workload decode-heavy --model-json <demo>/model.json \
+        --surrogate <demo>/surrogates/linear --threshold -2.6 --out cpu/vllm_serving_decode.json
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import tempfile
 from contextlib import nullcontext
 from pathlib import Path
@@ -26,20 +29,11 @@ from kvzap.atomic import atomic_write_json
 from kvzap.pruning import KVzapLayerFillPress
 from kvzap.surrogate.model import resolve_folder
 from records import output_file, positive_int, print_table
+from vllm_runs import answers, demo_prompts, run_engine
 
 ROOT = Path(__file__).resolve().parents[1]
-COLUMNS = ["engine", "peak_running", "mean_running", "preemptions", "output_tokens_per_s", "realised_compression"]
-
-
-def run_engine(folder: Path, name: str, model: str, engine: dict, max_tokens: int) -> dict:
-    out = folder / f"{name}.json"
-    command = [str(ROOT / ".venv-vllm" / "bin" / "python"), str(ROOT / "benchmarks" / "vllm_engine.py")]
-    command += ["--model", model, "--prompts", str(folder / "prompts.json"), "--max-tokens", str(max_tokens)]
-    command += ["--engine", json.dumps(engine), "--out", str(out)]
-    result = subprocess.run(command, capture_output=True, text=True)
-    if result.returncode:
-        raise SystemExit(f"the {name} engine failed:\n{result.stderr[-4000:]}")
-    return json.loads(out.read_text())
+COLUMNS = ["engine", "mean_running", "peak_running", "preemptions", "output_tokens_per_s", "tpot_p95_s", "score"]
+COLUMNS += ["realised_compression"]
 
 
 def greedy(model, prompt: list[int], new_tokens: int, press) -> tuple[list[int], tuple]:
@@ -66,6 +60,39 @@ def divergence(prompt: int, tokens: list[int], reference: list[int], logits: tup
     return {"prompt": prompt, "step": step, "logit_margin": margin.item()}
 
 
+WORKLOADS = {  # name -> (RULER context length, requests, new tokens)
+    "decode-heavy": ("1024", 64, 256),
+    "prefill-heavy": ("4096", 64, 16),
+}
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+
+def latencies(record: dict) -> dict:
+    """Time to first token and time per output token of each request, from the engine's per-step record (the time a
+    step was scheduled and each running request's output count then): p50 and p95 over the requests."""
+    steps, total = record["steps"], record["seconds"]
+    first, last = {}, {}
+    for i, step in enumerate(steps):
+        after = steps[i + 1]["seconds"] if i + 1 < len(steps) else total
+        for request, count in step["outputs"].items():
+            if count >= 1:
+                first.setdefault(request, step["seconds"])
+            last[request] = after
+    lengths = dict(enumerate(map(len, record["tokens"])))
+    ttft = list(first.values())
+    tpot = [(last[r] - first[r]) / (lengths[int(r)] - 1) for r in first if lengths.get(int(r), 0) > 1]
+    return {
+        "ttft_p50_s": percentile(ttft, 0.5),
+        "ttft_p95_s": percentile(ttft, 0.95),
+        "tpot_p50_s": percentile(tpot, 0.5),
+        "tpot_p95_s": percentile(tpot, 0.95),
+    }
+
+
 def summary(name: str, record: dict) -> dict:
     steps = [s for s in record["steps"] if s["running"]]
     held = sum(s["held_layer_blocks"] for s in steps)
@@ -76,6 +103,7 @@ def summary(name: str, record: dict) -> dict:
         "preemptions": sum(s["preempted"] for s in steps),
         "output_tokens_per_s": sum(map(len, record["tokens"])) / record["seconds"],
         "realised_compression": sum(s["dense_layer_blocks"] for s in steps) / held,
+        **latencies(record),
         "seconds": record["seconds"],
         "blocks": record["blocks"],
     }
@@ -83,56 +111,66 @@ def summary(name: str, record: dict) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ruler_rows.add_arguments(parser, "1024", ["niah_single_2"], 16)
+    ruler_rows.add_arguments(parser, "1024", ["niah_single_2"], 64)
+    parser.add_argument("--workload", choices=list(WORKLOADS), required=True, help="sets --subset, --n-samples")
     parser.add_argument("--surrogate", type=Path, required=True)
-    parser.add_argument("--threshold", type=float, default=0.8, help="demo model: r ~ 0.75 (benchmarks/slot_fill.py)")
-    parser.add_argument("--new-tokens", type=positive_int, default=48)
+    parser.add_argument("--threshold", type=float, required=True, help="the headline: benchmarks/vllm_accuracy.py")
     parser.add_argument("--kv-memory-mib", type=positive_int, default=200, help="kv_cache_memory_bytes, both engines")
     parser.add_argument("--block-size", type=positive_int, default=32)
+    parser.add_argument("--check-tokens", type=positive_int, default=8, help="requests compared with transformers")
     parser.add_argument("--out", type=output_file, required=True)
     args = parser.parse_args()
+    args.subset, args.n_samples, new_tokens = WORKLOADS[args.workload]
     try:  # a missing checkpoint is refused here, not after the dense engine has run
         checkpoint = resolve_folder(args.surrogate)
     except FileNotFoundError as err:
         parser.error(str(err))
-    model, tokenizer, _, rows = ruler_rows.model_and_rows(args)
-    prompts = [tokenizer(row.context + row.question).input_ids for row in rows.itertuples()]
+    model, tokenizer, bench, rows = ruler_rows.model_and_rows(args)
+    prompts = demo_prompts(model, tokenizer, rows)
     model_json = json.loads(Path(args.model_json).read_text())
-    engine = {"dtype": "float32", "enforce_eager": True, "enable_prefix_caching": False, "max_num_seqs": 64}
+    engine = {"dtype": "float32", "enforce_eager": True, "enable_prefix_caching": False, "max_num_seqs": 256}
     engine |= {"kv_cache_memory_bytes": args.kv_memory_mib * 2**20, "block_size": args.block_size}
-    engine |= {"max_model_len": max(map(len, prompts)) + args.new_tokens}
+    engine |= {"max_model_len": max(map(len, prompts)) + new_tokens}
     engine |= {"hf_overrides": {"kvzap_model_id": model_json["model_id"]}}  # the surrogate's base model
     kvzap = {"surrogate": str(checkpoint.resolve() if checkpoint else args.surrogate), "threshold": args.threshold}
     with tempfile.TemporaryDirectory() as folder:
         folder = Path(folder)
         (folder / "prompts.json").write_text(json.dumps(prompts))
-        dense = run_engine(folder, "dense", model_json["path"], engine, args.new_tokens)
+        dense = run_engine(folder, "dense", model_json["path"], engine, new_tokens)
         pruned = run_engine(
-            folder, "kvzap", model_json["path"], engine | {"additional_config": {"kvzap": kvzap}}, args.new_tokens
+            folder, "kvzap", model_json["path"], engine | {"additional_config": {"kvzap": kvzap}}, new_tokens
         )
+    records = [summary("dense vLLM", dense), summary("vLLM + KVzap", pruned)]
+    for record, run in zip(records, (dense, pruned)):
+        result = bench.score(rows.drop(columns=["context"]).assign(prediction=answers(model, tokenizer, run["tokens"])))
+        record["score"], record["score_ci"] = result["average"], result["average_ci"]
     ratios, traces = [], {"dense vLLM": [], "vLLM + KVzap": []}
     for k, prompt in enumerate(prompts):
         press = KVzapLayerFillPress(str(args.surrogate), threshold=args.threshold, decoding=True)
-        for name, engine_tokens, reference_press in (("dense vLLM", dense, None), ("vLLM + KVzap", pruned, press)):
-            reference, logits = greedy(model, prompt, args.new_tokens, reference_press)
-            traces[name].append(divergence(k, engine_tokens["tokens"][k], reference, logits))
+        if k < args.check_tokens:
+            for name, run, reference_press in (("dense vLLM", dense, None), ("vLLM + KVzap", pruned, press)):
+                reference, logits = greedy(model, prompt, new_tokens, reference_press)
+                traces[name].append(divergence(k, run["tokens"][k], reference, logits))
+        else:
+            with torch.no_grad(), press(model):
+                model(torch.tensor([prompt]))
         ratios.append(press.compression_ratio)
-    records = [summary("dense vLLM", dense), summary("vLLM + KVzap", pruned)]
-    records[1]["kvzap_logical_compression"] = 1 / (1 - sum(ratios) / len(ratios))
-    records[1]["kvzap_ratio"] = sum(ratios) / len(ratios)
+    records[1]["kvzap_ratio"] = sum(ratios) / len(ratios)  # the fill policy's (per layer), after each prompt
+    records[1]["logical_compression"] = 1 / (1 - records[1]["kvzap_ratio"])
+    checked = min(args.check_tokens, len(prompts))
     for record, name in zip(records, traces):
         differ = [t for t in traces[name] if t]
-        record["same_tokens_as_transformers"] = f"{len(prompts) - len(differ)}/{len(prompts)}"
+        record["same_tokens_as_transformers"] = f"{checked - len(differ)}/{checked}"
         record["divergences"] = differ
     print_table(records, COLUMNS)
+    ratio = lambda key: records[1][key] / records[0][key]  # noqa: E731
     print(
-        f"KVzap ratio {records[1]['kvzap_ratio']:.3f} (logical {records[1]['kvzap_logical_compression']:.2f}x); "
-        f"greedy tokens equal to the transformers path: dense {records[0]['same_tokens_as_transformers']}, "
-        f"KVzap {records[1]['same_tokens_as_transformers']}; "
-        f"peak sequences {records[1]['peak_running'] / records[0]['peak_running']:.2f}x dense"
+        f"{args.workload} at tau {args.threshold} (fill ratio {records[1]['kvzap_ratio']:.3f}): "
+        f"mean running {ratio('mean_running'):.2f}x, output tokens/s {ratio('output_tokens_per_s'):.2f}x, "
+        f"TPOT p95 {ratio('tpot_p95_s'):.2f}x dense; accuracy {records[0]['score']} dense, {records[1]['score']} KVzap"
     )
     record = {"args": {k: str(v) for k, v in vars(args).items()}, "prompt_tokens": list(map(len, prompts))}
-    atomic_write_json(args.out, {**record, "records": records})
+    atomic_write_json(args.out, {**record, "new_tokens": new_tokens, "records": records})
 
 
 if __name__ == "__main__":
