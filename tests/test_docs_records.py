@@ -242,6 +242,41 @@ def slot_fill_rows() -> list[list]:
     return [[r["mode"], *([r[k]] for k in keys)] for r in rec("cpu/slot_fill.json")["records"]]
 
 
+def essay_rows() -> list[list]:
+    """The demo's surrogates on held-out 2k-token essays, the bfloat16 run beside the AVX2 one: each machine's ratio,
+    then its score (for KVzap-MLP: the mean over seeds, then each seed's)."""
+    runs = [rec("cpu/essay_check_bf16.json")["cells"], rec("cpu/essay_check_avx2.json")["cells"]]
+
+    def machine_cells(cells: list[dict], kind: str, tau) -> list:
+        chosen = [c for c in cells if c["kind"] == kind and c["threshold"] == tau]
+        scores = [c["score"] for c in chosen]
+        return [[chosen[0]["ratio"]], [sum(scores) / len(scores), *scores] if kind == "mlp" else scores]
+
+    keys = [("full", None)] + [(kind, tau) for kind in ("linear", "mlp") for tau in (-2.6, -1.6, -1.0)]
+    return [
+        [None, None if tau is None else [tau], *(x for c in runs for x in machine_cells(c, kind, tau))]
+        for kind, tau in keys
+    ]
+
+
+def science_rows() -> list[list]:
+    """Each candidate's cells in benchmarks/demo_science.py's record: MLP mean over seeds, Linear, MLP - Linear."""
+    effects = rec("cpu/demo_science.json")["effects"]
+    keys = sorted({(e["rows"], e["score_dtype"], e["data"], e["setting"]) for e in effects}, key=science_order)
+    rows = []
+    for key in keys:
+        by_tau = {e["threshold"]: e for e in effects if (e["rows"], e["score_dtype"], e["data"], e["setting"]) == key}
+        taus = sorted(by_tau)
+        rows.append([*key, *([by_tau[t][field] for t in taus] for field in ("mlp_mean", "linear", "mlp_minus_linear"))])
+    return rows
+
+
+def science_order(key: tuple) -> tuple:
+    """The reference cell first, then one change from it at a time."""
+    rows, score_dtype, data, setting = key
+    return (rows != "demo", score_dtype != "float32", data != "bf16x2", setting != "paper", key)
+
+
 RESULTS, BENCHMARKS, PIPELINE = "docs/results.md", "benchmarks/README.md", "docs/pipeline.md"
 TABLES = {  # id: (doc, the text just before the table, the record's rows)
     "demo-dtypes": (RESULTS, "## The demo in float32 and bfloat16", demo_dtype_rows),
@@ -255,6 +290,8 @@ TABLES = {  # id: (doc, the text just before the table, the record's rows)
     "aime": (BENCHMARKS, "its second thread.", aime_rows),  # the first table after the serving prose
     "h200": (BENCHMARKS, "## On one GPU (H200)", h200_rows),
     "slot-fill": (BENCHMARKS, "## What a per-token-slot engine can free", slot_fill_rows),
+    "essays": (RESULTS, "### Held-out essays at 2k tokens", essay_rows),
+    "science": (RESULTS, "### What moves KVzap-MLP against KVzap-Linear", science_rows),
 }
 
 
