@@ -18,7 +18,7 @@ import pandas as pd
 
 from kvzap import dtypes
 from kvzap.atomic import atomic_write_json
-from records import output_file, print_table, seconds
+from records import cpu_flags, output_file, print_table, seconds
 
 STAGES = {  # rule name prefix -> stage
     "prepare_model": "prepare",
@@ -74,7 +74,7 @@ def main() -> None:
         {
             "note": args.note,
             "cores": os.cpu_count(),
-            "cpu_flags": sorted(dtypes.cpu_flags() & {"avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"}),
+            "cpu_flags": cpu_flags(),
             "dtype": dtypes.resolve("auto", "cpu"),
             "install_s": args.install_s,
             "total_s": args.total_s,

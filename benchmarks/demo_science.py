@@ -29,7 +29,7 @@ from kvzap.evaluation.suites import ruler
 from kvzap.prepare.models import load
 from kvzap.surrogate import model as surrogate_model
 from kvzap.training.fit import CHECKPOINT, fit_mlp, fit_ridge, predict, squared_pearson
-from records import output_file, positive_int, print_table
+from records import cpu_flags, output_file, positive_int, print_table
 
 ROW_SETS = {  # name -> (context tokens, samples, seed); "demo" is the demo's own ruler-512 cell
     "demo": (512, 30, 42),
@@ -41,16 +41,6 @@ MLP_SETTINGS = {"paper": {"epochs": 15, "lr": 5e-3}, "short": {"epochs": 8, "lr"
 EFFECT_COLUMNS = ["rows", "model_dtype", "score_dtype", "data", "setting", "threshold", "mlp_mean", "linear"]
 EFFECT_COLUMNS += ["mlp_minus_linear"]
 COLUMNS = ["rows", "model_dtype", "score_dtype", "data", "kind", "setting", "seed", "threshold", "ratio", "score"]
-
-
-def cpu_flags() -> list[str]:
-    """The CPU's matmul-relevant flags (the figures depend on them)."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return []
-    wanted = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
-    return sorted({flag for flag in text.split() if flag in wanted})
 
 
 def train(oracle: Path, folder: Path, kind: str, seed: int, setting: str) -> dict:

@@ -3,7 +3,7 @@
 the pipeline's shared prefill, in the dtype the run used. Two demo runs (a bfloat16 machine, a float32 / AVX2 one)
 give two records to set side by side.
 
-    python benchmarks/essay_check.py --results results --out benchmarks/cpu/essay_check_amx.json
+    python benchmarks/essay_check.py --results results --out benchmarks/cpu/essay_check_bf16.json
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ from pathlib import Path
 
 import yaml
 
-from demo_science import cpu_flags, evaluate
+from demo_science import evaluate
 from kvzap.atomic import atomic_write_json
 from kvzap.evaluation.suites import ruler
 from kvzap.prepare.models import load
-from records import output_file, positive_int, print_table
+from records import cpu_flags, output_file, positive_int, print_table
 
 MODEL = "smollm2-135m"
 COLUMNS = ["kind", "seed", "threshold", "ratio", "score"]
@@ -45,6 +45,9 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=positive_int, default=12)
     parser.add_argument("--out", type=output_file, required=True)
     args = parser.parse_args()
+    for needed in ("model.json", "oracle/train/manifest.json", "surrogates"):
+        if not (args.results / MODEL / needed).exists():
+            parser.error(f"--results {args.results}: no {MODEL}/{needed} there; give a finished `make demo`'s results")
     record = json.loads((args.results / MODEL / "model.json").read_text())
     dtype = json.loads((args.results / MODEL / "oracle" / "train" / "manifest.json").read_text())["dtype"]
     thresholds = yaml.safe_load(args.config.read_text())["models"][MODEL]["thresholds"]

@@ -32,7 +32,7 @@ from kvzap.evaluation.suites import benchmark_module
 from kvzap.plan import commands, paths, sweep
 from kvzap.plan.schema import SCHEMA, validate
 from kvzap.prepare.models import load
-from records import output_file, positive_int, print_table
+from records import cpu_flags, output_file, positive_int, print_table
 
 COLUMNS = ["dtype", "samples", "cells", "job_s", "floor_s", "job_over_floor", "prefill_s", "decode_s"]
 
@@ -140,7 +140,7 @@ def main() -> None:
         )
         print_table(records[-1:], COLUMNS)
     print_table(records, COLUMNS)
-    machine = {"cpu_flags": sorted(dtypes.cpu_flags() & {"avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"})}
+    machine = {"cpu_flags": cpu_flags()}
     machine["torch_cpu_capability"] = torch.backends.cpu.get_cpu_capability()
     atomic_write_json(args.out, {"config": str(args.config), "threads": args.threads, **machine, "records": records})
 

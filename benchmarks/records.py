@@ -1,5 +1,6 @@
-"""What every benchmark script shares: its records printed as one table (tabulate), and the argument types that
-refuse a bad command-line value at parse time, naming it, before any model loads or any timing starts."""
+"""What every benchmark script shares: its records printed as one table (tabulate), the CPU flags they name, and the
+argument types that refuse a bad command-line value at parse time, naming it, before any model loads or any timing
+starts."""
 
 from __future__ import annotations
 
@@ -12,6 +13,13 @@ def print_table(records: list[dict], keys: list[str]) -> None:
 
     if records:
         print(tabulate([[r[k] for k in keys] for r in records], headers=keys, floatfmt=".3f"))
+
+
+def cpu_flags() -> list[str]:
+    """The CPU's matmul-relevant flags, which a record's figures depend on."""
+    from kvzap import dtypes  # here: vllm_engine.py reads the argument types without loading kvzap
+
+    return sorted(dtypes.cpu_flags() & {"avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"})
 
 
 def _integer(text: str, least: int, what: str) -> int:

@@ -20,11 +20,10 @@ from pathlib import Path
 import torch
 
 import ruler_rows
-from demo_science import cpu_flags
 from kvzap.atomic import atomic_write_json
 from kvzap.pruning import KVzapLayerFillPress, KVzapPress
 from kvzap.surrogate.model import resolve_folder
-from records import output_file, print_table
+from records import cpu_flags, output_file, print_table
 from vllm_runs import answers, demo_prompts, run_engine
 
 COLUMNS = ["surrogate", "threshold", "score", "score_ci", "fill_ratio", "kvzap_ratio", "inside_dense_interval"]
