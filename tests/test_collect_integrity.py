@@ -130,3 +130,21 @@ def test_memory_mapped_rows_equal_the_loaded_shards(tmp_path):
         assert rows.gather(name, index).dtype == expected.dtype
         assert torch.equal(rows.gather(name, index), expected)
     assert torch.equal(rows.gather("h", index), x.bfloat16()[torch.from_numpy(index)])
+
+
+def test_minibatches_in_reused_buffers_equal_fresh_gathers(tmp_path):
+    """fit_mlp's reused buffers give the float32 rows a fresh gather gives, a shorter batch after a longer one
+    included (no rows of the earlier batch leak into it), in the buffer's own memory."""
+    from kvzap.training import fit
+    from kvzap.training.shards import ShardRows
+
+    synthetic_split(tmp_path / "train", n=50, shard=20, dtype=torch.bfloat16)
+    rows = ShardRows(sorted((tmp_path / "train").glob("shard-*")))
+    minibatch = fit.Minibatches(rows, 8, torch.device("cpu"))
+    for index in (np.array([49, 0, 21, 20, 19, 33, 0, 7]), np.array([3, 45, 22])):
+        read = minibatch(index)
+        for name, got in zip(("h", "y"), read):
+            expected = rows.gather(name, index).to(torch.float32)
+            assert got.dtype == torch.float32 and got.shape == expected.shape
+            assert torch.equal(got, expected)
+        assert read[0].data_ptr() == minibatch.out["h"].data_ptr()

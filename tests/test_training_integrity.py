@@ -75,7 +75,9 @@ def test_each_epoch_shuffles_all_pairs_across_shards(tmp_path, monkeypatch):
     monkeypatch.setattr(
         ShardRows,
         "gather",
-        lambda self, name, index: gathered.append((name, np.array(index))) or real_gather(self, name, index),
+        lambda self, name, index, out=None: (
+            gathered.append((name, np.array(index))) or real_gather(self, name, index, out)
+        ),
     )
     real_validation = fit._validation_loss
 

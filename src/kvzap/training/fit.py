@@ -178,6 +178,20 @@ def _target_mean(rows: ShardRows, chunk: int = 4096) -> torch.Tensor:
     return (total / len(rows)).float()  # (L, H)
 
 
+class Minibatches:
+    """(h, y) minibatches in float32 on the training device, gathered into buffers reused from batch to batch:
+    fresh ones cost a CPU step about a quarter of its time in page faults (benchmarks/training_floor.py). A batch
+    stays valid until the next one is read."""
+
+    def __init__(self, rows: ShardRows, batch_size: int, device: torch.device):
+        self.rows = rows
+        self.raw = {name: rows.buffer(name, batch_size) for name in ("h", "y")}
+        self.out = {name: torch.empty(raw.shape, dtype=torch.float32, device=device) for name, raw in self.raw.items()}
+
+    def __call__(self, idx: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        return tuple(self.out[n][: len(idx)].copy_(self.rows.gather(n, idx, self.raw[n])) for n in ("h", "y"))
+
+
 CHECKPOINT = "checkpoint.safetensors"
 
 
@@ -284,13 +298,14 @@ def fit_mlp(
     pairs = np.arange(len(rows)) if pairs is None else pairs
     train_index, valid_index = _split(rows.gather("prompt", pairs).numpy(), valid_fraction, seed)
     train_index, valid_index = pairs[train_index], pairs[valid_index]
+    minibatch = Minibatches(rows, batch_size, device)
 
     for epoch in range(start, epochs):
         model.train()
         train_loss, seen = 0.0, 0
         bar = tqdm(_epoch_batches(train_index, batch_size, seed, epoch), desc=f"mlp epoch {epoch + 1}/{epochs}")
         for idx in bar:
-            xb, yb = rows.gather("h", idx).to(device, torch.float32), rows.gather("y", idx).to(device, torch.float32)
+            xb, yb = minibatch(idx)
             loss = torch.nn.functional.mse_loss(model(xb), yb)
             if not math.isfinite(loss.item()):
                 raise _diverged(f"the minibatch loss is {loss.item()}", epoch, folder)
@@ -304,7 +319,7 @@ def fit_mlp(
         if not all(torch.isfinite(p).all() for p in model.parameters()):
             raise _diverged("the weights are no longer finite", epoch, folder)
         scheduler.step()
-        valid_loss = _validation_loss(model, rows, valid_index, batch_size, device)
+        valid_loss = _validation_loss(model, minibatch, valid_index, batch_size)
         history.append({"epoch": epoch + 1, "train_loss": train_loss / max(seen, 1), "valid_loss": valid_loss})
         print(f"epoch {epoch + 1}: train {history[-1]['train_loss']:.4f} valid {valid_loss:.4f}")
         if best is None or valid_loss < min(h["valid_loss"] for h in history[:-1]):
@@ -316,13 +331,12 @@ def fit_mlp(
 
 
 @torch.no_grad()
-def _validation_loss(model, rows: ShardRows, valid_index: np.ndarray, batch_size: int, device) -> float:
+def _validation_loss(model, minibatch: Minibatches, valid_index: np.ndarray, batch_size: int) -> float:
     model.eval()
     total, count = 0.0, 0
     for b in range(0, len(valid_index), batch_size):
-        idx = valid_index[b : b + batch_size]
-        pred = model(rows.gather("h", idx).to(device, torch.float32))
-        y = rows.gather("y", idx).to(device, torch.float32)
+        x, y = minibatch(valid_index[b : b + batch_size])
+        pred = model(x)
         total += torch.nn.functional.mse_loss(pred, y, reduction="sum").item()
         count += y.numel()
     return total / max(count, 1)
