@@ -78,3 +78,8 @@ def test_training_floor_is_the_record():
     minutes, ratio = map(float, re.findall(r"(\d+\.\d+)", row[1]))
     assert (minutes, ratio) == pytest.approx((round(record["core_minutes"], 2), round(record["fit_over_floor"], 2)))
     assert f"{record['pairs']:,} pairs" in row[0]
+    reading = record["reading"]
+    row = next(r for r in table_rows("## Speed and memory") if r[0].startswith("KVzap-MLP minibatch reading"))
+    assert [float(x) for x in re.findall(r"(\d+\.\d+)", row[1])] == pytest.approx(
+        [round(reading["fresh_ms"], 1), round(reading["reused_ms"], 1), round(reading["fresh_over_reused"], 2)]
+    )
