@@ -23,7 +23,7 @@ import ruler_rows
 from kvzap.atomic import atomic_write_json
 from kvzap.pruning import KVzapLayerFillPress, KVzapPress
 from kvzap.surrogate.model import resolve_folder
-from records import cpu_flags, output_file, print_table
+from records import cpu_flags, output_file, positive_int, print_table
 from vllm_runs import answers, demo_prompts, run_engine
 
 COLUMNS = ["surrogate", "threshold", "score", "score_ci", "fill_ratio", "kvzap_ratio", "inside_dense_interval"]
@@ -49,6 +49,9 @@ def main() -> None:
     ruler_rows.add_arguments(parser, "512", ["niah_single_2"], 30)
     parser.add_argument("--surrogate", action="append", required=True, metavar="NAME=FOLDER")
     parser.add_argument("--thresholds", type=float, nargs="+", default=[-2.6, -1.6, -1.0, 0.0, 0.5])
+    parser.add_argument(
+        "--kv-memory-mib", type=positive_int, default=1536, help="kv_cache_memory_bytes: every prompt fits at once"
+    )
     parser.add_argument("--out", type=output_file, required=True)
     args = parser.parse_args()
     surrogates = dict(item.split("=", 1) for item in args.surrogate)
@@ -63,6 +66,7 @@ def main() -> None:
     model_json = json.loads(Path(args.model_json).read_text())
     engine = {"dtype": "float32", "enforce_eager": True, "enable_prefix_caching": False, "max_num_seqs": 64}
     engine |= {"max_model_len": max(map(len, prompts)) + new_tokens, "block_size": 32}
+    engine |= {"kv_cache_memory_bytes": args.kv_memory_mib * 2**20}  # vLLM's CPU default sizes it by the machine
     engine |= {"hf_overrides": {"kvzap_model_id": model_json["model_id"]}}  # the surrogates' base model
     records = []
     with tempfile.TemporaryDirectory() as folder:
@@ -71,9 +75,12 @@ def main() -> None:
         dense_run = run_engine(folder, "dense", model_json["path"], engine, new_tokens)
         dense = scored(bench, rows, answers(model, tokenizer, dense_run["tokens"]))
         low, high = dense["average_ci"]
+        no_pruning = {"fill_ratio": None, "kvzap_ratio": None, "inside_dense_interval": None}
         records.append(
             {"surrogate": "dense vLLM", "threshold": None, "score": dense["average"], "score_ci": [low, high]}
+            | no_pruning
         )
+        print_table(records, COLUMNS)
         for name, surrogate in surrogates.items():
             for tau in args.thresholds:
                 kvzap = {"surrogate": str(Path(surrogate).resolve()), "threshold": tau}

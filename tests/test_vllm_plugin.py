@@ -401,3 +401,28 @@ def test_the_plugin_readmes_serving_table_and_claims_are_the_record():
     assert [c for c in claims if c not in flat] == []
     if "dense vLLM's equal plain transformers'" in flat:
         assert dense["same_tokens_as_transformers"] == f"{len(record['prompt_tokens'])}/{len(record['prompt_tokens'])}"
+
+
+NAMES = {"linear": "Linear", "mlp": "MLP"}  # the surrogates as the README names them
+
+
+def test_the_plugin_readmes_accuracy_table_and_headline_are_the_record():
+    record = json.loads((ROOT / "benchmarks" / "cpu" / "vllm_accuracy.json").read_text())
+    text = (ROOT / "plugins" / "vllm" / "README.md").read_text(encoding="utf-8")
+    table = text.split("| engine | τ | score [95 %] |", 1)[1].split("\n\n", 1)[0]
+    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in table.splitlines()[2:]]
+    assert len(rows) == len(record["records"])
+    for row, rec in zip(rows, record["records"]):
+        assert row[0] == (rec["surrogate"] if rec["threshold"] is None else f"vLLM + KVzap-{NAMES[rec['surrogate']]}")
+        assert row[1] == ("–" if rec["threshold"] is None else f"{rec['threshold']:.1f}".replace("-", "−"))
+        low, high = rec["score_ci"]
+        assert row[2] == f"{rec['score']:.1f} [{low:.1f}, {high:.1f}]"
+        if rec["threshold"] is None:
+            assert row[3:] == ["–", "–", "–"]
+            continue
+        assert [float(row[3]), float(row[4])] == pytest.approx([rec["fill_ratio"], rec["kvzap_ratio"]], abs=5e-4)
+        assert row[5] == ("yes" if rec["inside_dense_interval"] else "no")
+    flat = " ".join(text.split())
+    for name, tau in record["headline_threshold"].items():
+        said = "no τ inside" if tau is None else "τ = " + f"{tau:.1f}".replace("-", "−")
+        assert f"headline for KVzap-{NAMES[name]}: {said}" in flat
