@@ -71,6 +71,12 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
 
 
+def prompt_index(request_id: str) -> int:
+    """The prompt a scheduler request id belongs to: LLM.generate numbers its requests in prompt order from 0, and
+    vLLM 0.32's engine core appends a random suffix ("7-a6ba2430")."""
+    return int(request_id.split("-", 1)[0])
+
+
 def latencies(record: dict) -> dict:
     """Time to first token and time per output token of each request, from the engine's per-step record (the time a
     step was scheduled and each running request's output count then): p50 and p95 over the requests."""
@@ -84,7 +90,7 @@ def latencies(record: dict) -> dict:
             last[request] = after
     lengths = dict(enumerate(map(len, record["tokens"])))
     ttft = list(first.values())
-    tpot = [(last[r] - first[r]) / (lengths[int(r)] - 1) for r in first if lengths.get(int(r), 0) > 1]
+    tpot = [(last[r] - first[r]) / (lengths[prompt_index(r)] - 1) for r in first if lengths[prompt_index(r)] > 1]
     return {
         "ttft_p50_s": percentile(ttft, 0.5),
         "ttft_p95_s": percentile(ttft, 0.95),
