@@ -39,8 +39,12 @@ COLUMNS += ["realised_compression"]
 def greedy(model, prompt: list[int], new_tokens: int, press) -> tuple[list[int], tuple]:
     """Transformers' greedy tokens (under the press, if any) and each step's logits."""
     with torch.no_grad(), press(model) if press is not None else nullcontext():
+        ids = torch.tensor([prompt])
         out = model.generate(
-            torch.tensor([prompt]),
+            ids,
+            # every prompt token is attended, as vLLM attends it: without a mask, generate hides each occurrence of the
+            # pad token, which is SmolLM2's <|im_end|>, in the middle of a chat-templated prompt
+            attention_mask=torch.ones_like(ids),
             max_new_tokens=new_tokens,
             eos_token_id=None,  # no stop and no ban: the end token is one more token, as under vLLM's ignore_eos
             do_sample=False,

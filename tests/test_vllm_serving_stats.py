@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
@@ -28,3 +29,18 @@ def test_latencies_map_suffixed_request_ids_to_their_prompts():
         {"ttft_p50_s": 1.0, "ttft_p95_s": 1.0, "tpot_p50_s": 1.0, "tpot_p95_s": 2.0}
     )
     assert [vllm_serving.prompt_index(r) for r in record["steps"][0]["outputs"]] == [0, 1]
+
+
+def test_the_transformers_reference_attends_pad_tokens_inside_the_prompt():
+    """A chat-templated prompt holds the end-of-turn token, which is the demo model's pad token: the reference
+    greedy tokens attend it, as vLLM does (an argmax loop over the full prompt)."""
+    from tiny_models import tiny_model
+
+    model = tiny_model("llama")
+    model.generation_config.pad_token_id = model.generation_config.eos_token_id = 2
+    prompt = [5, 9, 2, 17, 30, 2, 44, 12]
+    tokens, _ = vllm_serving.greedy(model, prompt, 4, None)
+    ids = list(prompt)
+    for _ in range(4):
+        ids.append(int(model(torch.tensor([ids])).logits[0, -1].argmax()))
+    assert tokens == ids[len(prompt) :]
