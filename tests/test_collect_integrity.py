@@ -148,3 +148,5 @@ def test_minibatches_in_reused_buffers_equal_fresh_gathers(tmp_path):
             assert got.dtype == torch.float32 and got.shape == expected.shape
             assert torch.equal(got, expected)
         assert read[0].data_ptr() == minibatch.out["h"].data_ptr()
+    with pytest.raises(ValueError, match=r"gather of 9 rows of 'h' into a buffer of shape \(8, .*ShardRows.buffer"):
+        minibatch(np.arange(9))

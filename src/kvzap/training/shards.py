@@ -162,7 +162,12 @@ class ShardRows:
         rows = index - self.starts[shard]
         first, dtype = self._maps[0][name]
         if out is None:
-            out = np.empty((len(index), *first.shape[1:]), dtype=first.dtype)
+            out = self.buffer(name, len(index))
+        elif len(out) < len(index) or out.dtype != first.dtype or out.shape[1:] != first.shape[1:]:
+            raise ValueError(
+                f"gather of {len(index)} rows of {name!r} into a buffer of shape {out.shape} and dtype {out.dtype}: "
+                f"pass ShardRows.buffer({name!r}, rows) with rows >= {len(index)}"
+            )
         out = out[: len(index)]
         for s in np.unique(shard):
             chosen = shard == s
