@@ -6,6 +6,7 @@ message (its key words). Tiny random models (tests/tiny_models.py), so the whole
 
 from __future__ import annotations
 
+import copy
 import json
 import sys
 from pathlib import Path
@@ -227,6 +228,22 @@ def test_a_pruned_cache_outlives_the_block(folder, model):
         dense = model(_ids(40), past_key_values=DynamicCache())
         step = model(_ids(1, seed=5), past_key_values=cache).logits
     assert step.shape == (1, 1, 400) and torch.isfinite(step).all() and dense.logits.shape == (1, 40, 400)
+
+
+def test_after_a_block_an_eager_model_returns_its_attention_weights_and_still_reads_the_pruned_cache(folder):
+    """The "kvzap" attention stays for forwards over the pruned cache only: a forward over a new cache gets eager's
+    attention weights, as the user asked, and the pruned cache reads as it did before that forward."""
+    model = tiny_model("llama", attn="eager")
+    _, cache = _prefill(model, _press(folder))
+    with torch.no_grad():
+        before = model(_ids(1, seed=5), past_key_values=copy.deepcopy(cache)).logits
+        dense = model(_ids(40), past_key_values=DynamicCache(), output_attentions=True)
+        after = model(_ids(1, seed=5), past_key_values=cache).logits
+    assert [a.shape for a in dense.attentions] == [(1, 4, 40, 40)] * 2
+    assert torch.equal(before, after)
+    with _press(folder)(model):  # a new block takes the model as the user left it
+        pass
+    assert _state(model) == ("eager", [False, False])
 
 
 def test_the_callers_surrogate_is_not_cast(folder):

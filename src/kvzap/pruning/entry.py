@@ -5,9 +5,9 @@ silently wrong: something that is not a causal LM, weights not loaded (meta) or 
 press already active on the model (presses do not nest: two hooks would judge the same tokens under two
 rules). The cache is only known at the first forward, where the press prunes the full-attention layers of a
 DynamicCache (a hybrid model's sliding-window layers keep their own bounded cache, kvzap.layer_types).
-Leaving restores what kvpress's `BasePress` and the "kvzap" attention changed: the attention implementation (unless
-the block left a pruned cache, which only that implementation can read) and the `rotary_emb` attribute kvpress puts
-on every attention module.
+Leaving restores what kvpress's `BasePress` and the "kvzap" attention changed: the attention implementation (if the
+block left a pruned cache, which only that implementation can read, for the forwards that ask for attention weights
+over none) and the `rotary_emb` attribute kvpress puts on every attention module.
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ from kvpress.presses.base_press import BasePress
 from transformers import PreTrainedModel
 
 from kvzap.introspection import decoder
+from kvzap.pruning.attention import NAME
+from kvzap.pruning.cache import JudgedLayer
 
 
 def press_hooked_modules(model: PreTrainedModel) -> list:
@@ -87,13 +89,54 @@ class ModelState:
 
     @classmethod
     def of(cls, model: PreTrainedModel) -> ModelState:
+        """The model's own state, even where an earlier block still holds its attention for a pruned cache."""
         modules = press_hooked_modules(model)
-        return cls(model.config._attn_implementation, ["rotary_emb" in m._modules for m in modules])
+        attention = AttentionHandBack.cancel(model) or model.config._attn_implementation
+        return cls(attention, ["rotary_emb" in m._modules for m in modules])
 
     def restore(self, model: PreTrainedModel, keep_attention: bool) -> None:
-        """Undo kvpress's rotary_emb attributes, and the attention implementation unless `keep_attention`."""
+        """Undo kvpress's rotary_emb attributes, and the attention implementation: at once, or (`keep_attention`: the
+        block left a pruned cache) for the forwards that ask for attention weights over no pruned cache."""
         for module, had in zip(press_hooked_modules(model), self.had_rotary):
             if not had and "rotary_emb" in module._modules:
                 del module.rotary_emb
-        if not keep_attention and model.config._attn_implementation != self.attention:
+        if model.config._attn_implementation == self.attention:
+            return
+        if keep_attention:
+            AttentionHandBack.install(model, self.attention)
+        else:
+            model.set_attn_implementation(self.attention)
+
+
+@dataclass
+class AttentionHandBack:
+    """A forward pre-hook, from a block that left a pruned cache until the next press block. A pruned cache needs the
+    "kvzap" attention (kvpress's question pass, generation over it), which returns no attention weights: a forward
+    that asks for them over any other cache gets the model's own implementation back (eager's weights), and a later
+    forward over a pruned cache gets "kvzap" again. An implementation the caller selected meanwhile is left alone."""
+
+    attention: str
+    handle: object = None  # torch's RemovableHandle
+
+    @classmethod
+    def install(cls, model: PreTrainedModel, attention: str) -> None:
+        hand_back = cls(attention)
+        hand_back.handle = model.register_forward_pre_hook(hand_back, with_kwargs=True)
+        model._kvzap_attention_hand_back = hand_back
+
+    @staticmethod
+    def cancel(model: PreTrainedModel) -> str | None:
+        """Remove a pending hand-back (a new press block takes over); the attention it gives back."""
+        hand_back = model.__dict__.pop("_kvzap_attention_hand_back", None)
+        if hand_back is None:
+            return None
+        hand_back.handle.remove()
+        return hand_back.attention
+
+    def __call__(self, model, args, kwargs):
+        cache, current = kwargs.get("past_key_values"), model.config._attn_implementation
+        if any(isinstance(layer, JudgedLayer) for layer in getattr(cache, "layers", ())):
+            if current == self.attention:
+                model.set_attn_implementation(NAME)
+        elif current == NAME and kwargs.get("output_attentions", model.config.output_attentions):
             model.set_attn_implementation(self.attention)
