@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import tempfile
 from pathlib import Path
 
 import torch
@@ -24,7 +23,7 @@ from kvzap.atomic import atomic_write_json
 from kvzap.pruning import KVzapLayerFillPress, KVzapPress
 from kvzap.surrogate.model import resolve_folder
 from records import cpu_flags, output_file, positive_int, print_table
-from vllm_runs import answers, demo_prompts, run_engine
+from vllm_runs import add_engine_folder_argument, answers, demo_prompts, engine_folder, run_engine
 
 COLUMNS = ["surrogate", "threshold", "score", "score_ci", "fill_ratio", "kvzap_ratio", "inside_dense_interval"]
 
@@ -53,6 +52,7 @@ def main() -> None:
         "--kv-memory-mib", type=positive_int, default=1536, help="kv_cache_memory_bytes: every prompt fits at once"
     )
     parser.add_argument("--out", type=output_file, required=True)
+    add_engine_folder_argument(parser)
     args = parser.parse_args()
     surrogates = dict(item.split("=", 1) for item in args.surrogate)
     for name, folder in surrogates.items():
@@ -69,10 +69,8 @@ def main() -> None:
     engine |= {"kv_cache_memory_bytes": args.kv_memory_mib * 2**20}  # vLLM's CPU default sizes it by the machine
     engine |= {"hf_overrides": {"kvzap_model_id": model_json["model_id"]}}  # the surrogates' base model
     records = []
-    with tempfile.TemporaryDirectory() as folder:
-        folder = Path(folder)
-        (folder / "prompts.json").write_text(json.dumps(prompts))
-        dense_run = run_engine(folder, "dense", model_json["path"], engine, new_tokens)
+    with engine_folder(args.engine_folder) as folder:
+        dense_run = run_engine(folder, "dense", model_json["path"], prompts, engine, new_tokens)
         dense = scored(bench, rows, answers(model, tokenizer, dense_run["tokens"]))
         low, high = dense["average_ci"]
         records.append(
@@ -92,6 +90,7 @@ def main() -> None:
                     folder,
                     f"{name}{tau}",
                     model_json["path"],
+                    prompts,
                     engine | {"additional_config": {"kvzap": kvzap}},
                     new_tokens,
                 )

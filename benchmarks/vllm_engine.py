@@ -14,17 +14,17 @@ os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the engine core 
 
 
 def watch(scheduler, layers: int, steps: list, start: list[float]) -> None:
-    """Record each schedule's outcome; blocks count per-layer blocks (dense: one block spans every layer). Each step
-    also records when it was scheduled (seconds since `start[0]`) and how many tokens each running request had output
-    by then, from which a request's first-token and per-token times follow (one step's resolution)."""
-    schedule, groups = scheduler.schedule, len(scheduler.kv_cache_config.kv_cache_groups)
-    size = scheduler.kv_cache_config.kv_cache_groups[0].kv_cache_spec.block_size
-    pool = scheduler.kv_cache_manager.block_pool
+    """Record each schedule's outcome; blocks count per-layer blocks (dense: one block spans every layer), as the
+    plugin's /metrics counts them. Each step also records when it was scheduled (seconds since `start[0]`) and how
+    many tokens each running request had output by then, from which a request's first-token and per-token times
+    follow (one step's resolution)."""
+    from kvzap_vllm.metrics import footprint
+
+    schedule = scheduler.schedule
 
     def watched(*args, **kwargs):
         output = schedule(*args, **kwargs)
-        held = (scheduler.kv_cache_config.num_blocks - 1 - pool.get_num_free_blocks()) * (layers // groups)
-        dense = sum(-(-r.num_computed_tokens // size) for r in scheduler.running) * layers
+        held, dense = footprint(scheduler, layers)
         steps.append(
             {
                 "seconds": time.perf_counter() - start[0],
@@ -62,7 +62,10 @@ def main() -> None:
     outputs = llm.generate(prompts, sampling, use_tqdm=False)
     seconds = time.perf_counter() - start[0]
     tokens = [list(o.outputs[0].token_ids) for o in outputs]
-    record = {"tokens": tokens, "seconds": seconds, "steps": steps, "blocks": core.scheduler.kv_cache_config.num_blocks}
+    blocks = core.scheduler.kv_cache_config.num_blocks
+    record = {"tokens": tokens, "seconds": seconds, "steps": steps, "blocks": blocks}
+    # every block back in the pool once all requests have finished, but vLLM's null block
+    record["blocks_leaked"] = blocks - 1 - core.scheduler.kv_cache_manager.block_pool.get_num_free_blocks()
     args.out.write_text(json.dumps(record))
 
 

@@ -3,8 +3,11 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
+import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
 from transformers import pipeline
@@ -35,12 +38,38 @@ def answers(model, tokenizer, tokens: list[list[int]]) -> list[str]:
     return texts
 
 
-def run_engine(folder: Path, name: str, model: str, engine: dict, max_tokens: int) -> dict:
+def add_engine_folder_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--engine-folder",
+        type=Path,
+        help="keep each engine's record here; a rerun with the same settings reads them back (default: temporary)",
+    )
+
+
+@contextmanager
+def engine_folder(kept: Path | None):
+    if kept is not None:
+        kept.mkdir(parents=True, exist_ok=True)
+        yield kept
+        return
+    with tempfile.TemporaryDirectory() as folder:
+        yield Path(folder)
+
+
+def run_engine(folder: Path, name: str, model: str, prompts: list, engine: dict, max_tokens: int) -> dict:
+    """One engine's record, kept in `folder` as `name`.json with what it was run on: a later call with the same
+    prompts, engine and length reads it back instead of serving again (a crash after the engines costs nothing)."""
     out = folder / f"{name}.json"
+    inputs = {"model": model, "prompts": prompts, "engine": engine, "max_tokens": max_tokens}
+    if out.exists() and (kept := json.loads(out.read_text())).get("inputs") == inputs:
+        return kept
+    (folder / f"{name}.prompts.json").write_text(json.dumps(prompts))
     command = [str(ROOT / ".venv-vllm" / "bin" / "python"), str(ROOT / "benchmarks" / "vllm_engine.py")]
-    command += ["--model", model, "--prompts", str(folder / "prompts.json"), "--max-tokens", str(max_tokens)]
+    command += ["--model", model, "--prompts", str(folder / f"{name}.prompts.json"), "--max-tokens", str(max_tokens)]
     command += ["--engine", json.dumps(engine), "--out", str(out)]
     result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode:
         raise SystemExit(f"the {name} engine failed:\n{result.stderr[-4000:]}")
-    return json.loads(out.read_text())
+    record = json.loads(out.read_text()) | {"inputs": inputs}
+    out.write_text(json.dumps(record))
+    return record

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import tempfile
+import platform
 from contextlib import nullcontext
 from pathlib import Path
 
@@ -28,12 +28,12 @@ import ruler_rows
 from kvzap.atomic import atomic_write_json
 from kvzap.pruning import KVzapLayerFillPress
 from kvzap.surrogate.model import resolve_folder
-from records import output_file, positive_int, print_table
-from vllm_runs import answers, demo_prompts, run_engine
+from records import cpu_flags, output_file, positive_int, print_table
+from vllm_runs import add_engine_folder_argument, answers, demo_prompts, engine_folder, run_engine
 
 ROOT = Path(__file__).resolve().parents[1]
 COLUMNS = ["engine", "mean_running", "peak_running", "preemptions", "output_tokens_per_s", "tpot_p95_s", "score"]
-COLUMNS += ["realised_compression"]
+COLUMNS += ["alone_tpot_s", "alone_step_p95_s", "realised_compression"]
 
 
 def greedy(model, prompt: list[int], new_tokens: int, press) -> tuple[list[int], tuple]:
@@ -103,6 +103,13 @@ def latencies(record: dict) -> dict:
     }
 
 
+def step_gap_p95(record: dict) -> float:
+    """The 95th percentile of the time between successive scheduler steps: with one request, its inter-token time,
+    whose tail a mean per request (TPOT) would hide."""
+    times = [s["seconds"] for s in record["steps"]] + [record["seconds"]]
+    return percentile([b - a for a, b in zip(times, times[1:])], 0.95)
+
+
 def summary(name: str, record: dict) -> dict:
     steps = [s for s in record["steps"] if s["running"]]
     held = sum(s["held_layer_blocks"] for s in steps)
@@ -116,7 +123,35 @@ def summary(name: str, record: dict) -> dict:
         **latencies(record),
         "seconds": record["seconds"],
         "blocks": record["blocks"],
+        "blocks_leaked": record.get("blocks_leaked"),  # None in records written before it was counted
     }
+
+
+def readme_table(record: dict) -> str:
+    """The plugin README's table of a record, rendered from it (the test holds the README to this rendering)."""
+    lines = [
+        "| engine | score [95 %] | running: mean / peak | preemptions | output tokens/s | TTFT p50 / p95 (s) "
+        "| TPOT p50 / p95 (ms) | alone: TPOT, step p95 (ms) | realised compression | tokens as transformers "
+        "| blocks leaked |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in record["records"]:
+        low, high = r["score_ci"]
+        cells = [
+            r["engine"],
+            f"{r['score']:.1f} [{low:.1f}, {high:.1f}]",
+            f"{r['mean_running']:.2f} / {r['peak_running']}",
+            str(r["preemptions"]),
+            f"{r['output_tokens_per_s']:.1f}",
+            f"{r['ttft_p50_s']:.1f} / {r['ttft_p95_s']:.1f}",
+            f"{1e3 * r['tpot_p50_s']:.0f} / {1e3 * r['tpot_p95_s']:.0f}",
+            f"{1e3 * r['alone_tpot_s']:.1f}, {1e3 * r['alone_step_p95_s']:.1f}",
+            f"{r['realised_compression']:.2f}×",
+            r["same_tokens_as_transformers"],
+            "–" if r["blocks_leaked"] is None else str(r["blocks_leaked"]),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def main() -> None:
@@ -129,6 +164,7 @@ def main() -> None:
     parser.add_argument("--block-size", type=positive_int, default=32)
     parser.add_argument("--check-tokens", type=positive_int, default=8, help="requests compared with transformers")
     parser.add_argument("--out", type=output_file, required=True)
+    add_engine_folder_argument(parser)
     args = parser.parse_args()
     args.subset, args.n_samples, new_tokens = WORKLOADS[args.workload]
     try:  # a missing checkpoint is refused here, not after the dense engine has run
@@ -143,14 +179,18 @@ def main() -> None:
     engine |= {"max_model_len": max(map(len, prompts)) + new_tokens}
     engine |= {"hf_overrides": {"kvzap_model_id": model_json["model_id"]}}  # the surrogate's base model
     kvzap = {"surrogate": str(checkpoint.resolve() if checkpoint else args.surrogate), "threshold": args.threshold}
-    with tempfile.TemporaryDirectory() as folder:
-        folder = Path(folder)
-        (folder / "prompts.json").write_text(json.dumps(prompts))
-        dense = run_engine(folder, "dense", model_json["path"], engine, new_tokens)
-        pruned = run_engine(
-            folder, "kvzap", model_json["path"], engine | {"additional_config": {"kvzap": kvzap}}, new_tokens
-        )
+    plugin = engine | {"additional_config": {"kvzap": kvzap}}
+    with engine_folder(args.engine_folder) as folder:
+        dense = run_engine(folder, "dense", model_json["path"], prompts, engine, new_tokens)
+        pruned = run_engine(folder, "kvzap", model_json["path"], prompts, plugin, new_tokens)
+        # one request alone: the time per output token the plugin's judging adds when nothing queues
+        alone = [
+            run_engine(folder, f"{name}-alone", model_json["path"], prompts[:1], config, new_tokens)
+            for name, config in (("dense", engine), ("kvzap", plugin))
+        ]
     records = [summary("dense vLLM", dense), summary("vLLM + KVzap", pruned)]
+    for record, one in zip(records, alone):
+        record["alone_tpot_s"], record["alone_step_p95_s"] = latencies(one)["tpot_p50_s"], step_gap_p95(one)
     for record, run in zip(records, (dense, pruned)):
         result = bench.score(rows.drop(columns=["context"]).assign(prediction=answers(model, tokenizer, run["tokens"])))
         record["score"], record["score_ci"] = result["average"], result["average_ci"]
@@ -177,9 +217,11 @@ def main() -> None:
     print(
         f"{args.workload} at tau {args.threshold} (fill ratio {records[1]['kvzap_ratio']:.3f}): "
         f"mean running {ratio('mean_running'):.2f}x, output tokens/s {ratio('output_tokens_per_s'):.2f}x, "
-        f"TPOT p95 {ratio('tpot_p95_s'):.2f}x dense; accuracy {records[0]['score']} dense, {records[1]['score']} KVzap"
+        f"alone: TPOT {ratio('alone_tpot_s'):.2f}x, step p95 {ratio('alone_step_p95_s'):.2f}x dense; "
+        f"accuracy {records[0]['score']} dense, {records[1]['score']} KVzap"
     )
     record = {"args": {k: str(v) for k, v in vars(args).items()}, "prompt_tokens": list(map(len, prompts))}
+    record["machine"] = {"cpu_flags": cpu_flags(), "processor": platform.processor()}
     atomic_write_json(args.out, {**record, "new_tokens": new_tokens, "records": records})
 
 

@@ -10,7 +10,8 @@ A slot holds one entry per KV head, and the heads of a layer may hold different 
 over a (request, head) is a sum over its entries in any order, and the keys are cached already rotated, so the
 tokens' positions stay their own. A prompt is judged once its prefill is complete (chunked or not), as the
 transformers press judges a one-forward prefill; then one token leaves the window per decoding step, and a dropped
-one's slot takes the newest token (one entry moved, not the window)."""
+one's slot takes the newest token (one entry moved, not the window). Several leaving in one step are judged in
+order, as if one per step."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from kvzap_vllm.architectures import ARCHITECTURES
 from kvzap_vllm.layout import entry_offsets
 from kvzap_vllm.ledger import LEDGER
 from kvzap_vllm.refusals import attention_refusal, refusal
+from kvzap_vllm.requests import request_threshold
 from kvzap_vllm.settings import KVzapSettings, prunes
 
 
@@ -41,12 +43,13 @@ def _layer_index(layer_names: list[str]) -> int:
 @dataclass
 class RequestPruning:
     """One request: per group the entries removed, the scores of its unjudged tokens, and (from its first judgement
-    on) the slot of each unjudged position, at position % ring."""
+    on) the slot of each unjudged position, in position order."""
 
     removed: np.ndarray  # (G,) int64
     pending: torch.Tensor  # (G, H, seen - judged) scores
+    threshold: float  # the request's own (kvzap_vllm.requests), else the engine's
     judged: int = 0  # positions below are settled
-    slots: np.ndarray | None = None  # (G, ring); None while every layer still holds position p at slot p
+    slots: np.ndarray | None = None  # (G, seen - judged); None while every layer holds position p at slot p
 
 
 class Pruner:
@@ -56,7 +59,6 @@ class Pruner:
             raise ValueError(f"KVzap cannot prune in this engine: {reason}.")
         self.runner, self.scorer = runner, runner.model.kvzap
         self.threshold, self.window = self.scorer.settings.threshold, self.scorer.settings.window
-        self.ring = self.window + 2
         groups = runner.kv_cache_config.kv_cache_groups
         self.layers = [_layer_index(group.layer_names) for group in groups]
         context = runner.compilation_config.static_forward_context
@@ -138,13 +140,14 @@ class Pruner:
             state = self.states.get(request_id)
             if state is None:
                 # a copy: a view would keep the whole batch's scores of this step alive
-                state = self.states[request_id] = RequestPruning(np.zeros(len(self.layers), np.int64), new.clone())
+                tau = request_threshold(request.sampling_params.extra_args, self.threshold)
+                state = self.states[request_id] = RequestPruning(np.zeros(len(self.layers), np.int64), new.clone(), tau)
             else:
                 state.pending = torch.cat([state.pending, new], -1)
             seen = request.num_computed_tokens + count
             if state.slots is not None:  # the new tokens' slots: after each layer's held entries
-                for position in range(seen - count, seen):
-                    state.slots[:, position % self.ring] = position - state.removed
+                new_slots = np.arange(seen - count, seen)[None] - state.removed[:, None]
+                state.slots = np.concatenate([state.slots, new_slots], 1)
             leaving = seen - state.judged - self.window
             if seen < request.num_tokens or leaving <= 0:  # a prefill in progress, or nothing out of the window yet
                 continue
@@ -152,8 +155,9 @@ class Pruner:
                 self._judge_prompt(state, request.block_ids, leaving, seen)
             elif leaving == 1:
                 moves += self._judge_one(state, request.block_ids, seen)
-            else:
-                raise RuntimeError(f"KVzap: {leaving} tokens left the window in one decoding step of {request_id}.")
+            else:  # several left at once (no supported setting schedules it): judged in order, each moved at once
+                for _ in range(leaving):
+                    self._move(self._judge_one(state, request.block_ids, seen))
             self._cut_block_tables(request_id, request.block_ids, state, seen)
             LEDGER.post(request_id, state.removed)
         self._move(moves)
@@ -161,7 +165,7 @@ class Pruner:
     def _judge_prompt(self, state: RequestPruning, block_ids, leaving: int, seen: int) -> None:
         """The first judgement, over a layout where every layer holds position p at slot p: each head's kept
         tokens go to the front slots (in position order), then the window's tokens."""
-        keep = layer_fill(state.pending[:, :, :leaving], self.threshold)  # (G, H, leaving)
+        keep = layer_fill(state.pending[:, :, :leaving], state.threshold)  # (G, H, leaving)
         kept = keep[:, 0].sum(-1).tolist()  # the same count for every head of a group
         heads = torch.arange(self.heads)[:, None, None]
         for gid, count in enumerate(kept):
@@ -177,24 +181,23 @@ class Pruner:
         state.removed += leaving - np.array(kept, np.int64)
         state.pending = state.pending[:, :, leaving:]
         state.judged = leaving
-        state.slots = np.zeros((len(self.layers), self.ring), np.int64)
-        for position in range(leaving, seen):
-            state.slots[:, position % self.ring] = position - state.removed
+        state.slots = np.arange(leaving, seen)[None] - state.removed[:, None]
 
     def _judge_one(self, state: RequestPruning, block_ids, seen: int) -> list[tuple[int, int, int, int, int]]:
-        """One token leaves the window: a layer keeps it for every head iff a head scores it >= threshold; a layer
-        that drops it moves its newest token into the freed slot."""
-        position, newest = state.judged, seen - 1
-        keep = layer_fill(state.pending[:, :, :1], self.threshold)[:, 0, 0].numpy()  # (G,)
+        """The oldest unjudged token leaves the window: a layer keeps it for every head iff a head scores it >=
+        threshold; a layer that drops it moves the entry in its last held slot (the newest token, when one token
+        leaves per step) into the freed slot."""
+        keep = layer_fill(state.pending[:, :, :1], state.threshold)[:, 0, 0].numpy()  # (G,)
         moves = []
         for gid in np.flatnonzero(~keep).tolist():
-            freed, last = int(state.slots[gid, position % self.ring]), newest - int(state.removed[gid])
+            freed, last = int(state.slots[gid, 0]), seen - 1 - int(state.removed[gid])
             if freed != last:
                 source, target = block_ids[gid][last // self.block_size], block_ids[gid][freed // self.block_size]
                 moves.append((gid, source, last % self.block_size, target, freed % self.block_size))
-                state.slots[gid, newest % self.ring] = freed
+                state.slots[gid, np.flatnonzero(state.slots[gid] == last)] = freed
         state.removed += ~keep
         state.pending = state.pending[:, :, 1:]
+        state.slots = state.slots[:, 1:]
         state.judged += 1
         return moves
 

@@ -34,7 +34,8 @@ def pruning_refusal(vllm_config, scheduler: str) -> str | None:
     if parallel.distributed_executor_backend not in (None, "uni"):
         return (
             f"the {parallel.distributed_executor_backend!r} executor runs workers in other processes: start the engine "
-            'with --distributed-executor-backend uni (distributed_executor_backend="uni")'
+            'with --distributed-executor-backend uni (distributed_executor_backend="uni"); on the CPU backend also '
+            "set VLLM_ENABLE_V1_MULTIPROCESSING=0, or vLLM moves the worker to a process of its own"
         )
     if vllm_config.scheduler_config.async_scheduling:
         return "async scheduling is on: start the engine with --no-async-scheduling (async_scheduling=False)"

@@ -1,5 +1,6 @@
 """The scheduler of a pruning engine: before each step it returns the blocks the last step's compaction emptied
-(kvzap_vllm.ledger), so admission and preemption see every request's pruned footprint."""
+(kvzap_vllm.ledger), so admission and preemption see every request's pruned footprint; after every change to its
+requests it publishes that footprint for the server's /metrics (kvzap_vllm.metrics)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from vllm.v1.core.sched.scheduler import Scheduler
 
 from kvzap_vllm.ledger import LEDGER
 from kvzap_vllm.manager import KVzapManager
+from kvzap_vllm.metrics import publish
 
 
 class KVzapScheduler(Scheduler):
@@ -14,6 +16,7 @@ class KVzapScheduler(Scheduler):
         super().__init__(*args, **kwargs)
         self.kvzap_managers = [KVzapManager.adopt(m) for m in self.kv_cache_manager.coordinator.single_type_managers]
         self.kvzap_freed_blocks = 0
+        self.kvzap_layers = self.vllm_config.model_config.hf_config.num_hidden_layers
 
     def schedule(self, *args, **kwargs):
         for request_id, removed in LEDGER.drain().items():
@@ -22,4 +25,19 @@ class KVzapScheduler(Scheduler):
                 continue
             for manager, count in zip(self.kvzap_managers, removed.tolist()):
                 self.kvzap_freed_blocks += manager.shrink(request_id, count, request.num_computed_tokens)
-        return super().schedule(*args, **kwargs)
+        output = super().schedule(*args, **kwargs)
+        self._publish()
+        return output
+
+    def update_from_output(self, *args, **kwargs):
+        outputs = super().update_from_output(*args, **kwargs)
+        self._publish()  # finished requests have returned their blocks
+        return outputs
+
+    def finish_requests(self, *args, **kwargs):
+        finished = super().finish_requests(*args, **kwargs)
+        self._publish()  # an aborted request's blocks are back
+        return finished
+
+    def _publish(self) -> None:
+        publish(self, self.kvzap_layers, self.kvzap_freed_blocks)

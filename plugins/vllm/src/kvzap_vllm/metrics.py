@@ -1,0 +1,84 @@
+"""The compression on the server's Prometheus `/metrics`: the engine core's scheduler publishes its KV footprint (the
+per-layer blocks its requests hold against those the dense cache would hold) to a small file after every change,
+and a collector in the server's process reads it at each scrape. vLLM's own metrics reach the server inside its
+scheduler stats, a fixed type a plugin cannot extend, hence the file; the server names it in the environment
+(`KVZAP_METRICS_FILE`) before it starts the engine core, which inherits it.
+
+    kvzap:held_blocks            per-layer KV blocks the running requests hold
+    kvzap:dense_blocks           per-layer KV blocks the dense cache would hold for them
+    kvzap:compression            dense_blocks / held_blocks (1 with nothing held)
+    kvzap:freed_blocks_total     blocks the compaction has returned to the pool"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import tempfile
+from pathlib import Path
+
+ENV = "KVZAP_METRICS_FILE"
+
+
+def footprint(scheduler, layers: int) -> tuple[int, int]:
+    """(per-layer blocks held, per-layer blocks the dense cache would hold) for the scheduler's running requests;
+    with one KV cache group per layer a pool block is one layer's block, with one group a block spans every layer."""
+    config = scheduler.kv_cache_config
+    size = config.kv_cache_groups[0].kv_cache_spec.block_size
+    pool = scheduler.kv_cache_manager.block_pool
+    held = (config.num_blocks - 1 - pool.get_num_free_blocks()) * (layers // len(config.kv_cache_groups))
+    dense = sum(-(-r.num_computed_tokens // size) for r in scheduler.running) * layers
+    return held, dense
+
+
+def publish(scheduler, layers: int, freed: int) -> None:
+    """Write the scheduler's footprint where the server's collector reads it (atomically: a scrape never reads half)."""
+    path = os.environ.get(ENV)
+    if path is None:
+        return
+    held, dense = footprint(scheduler, layers)
+    partial = Path(f"{path}.{os.getpid()}.partial")
+    partial.write_text(json.dumps({"held_blocks": held, "dense_blocks": dense, "freed_blocks": freed}))
+    os.replace(partial, path)
+
+
+class Collector:
+    """The server's side: the engine core's last published footprint, as Prometheus metrics."""
+
+    def __init__(self, path: str):
+        self.path = Path(path)
+
+    def collect(self):
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        try:
+            data = json.loads(self.path.read_text())
+        except FileNotFoundError:  # no pruning engine has scheduled yet
+            return
+        held, dense = data["held_blocks"], data["dense_blocks"]
+        yield GaugeMetricFamily("kvzap:held_blocks", "Per-layer KV blocks the running requests hold.", held)
+        yield GaugeMetricFamily("kvzap:dense_blocks", "Per-layer KV blocks the dense cache would hold.", dense)
+        yield GaugeMetricFamily(
+            "kvzap:compression", "Dense blocks over held blocks, for the running requests.", dense / held if held else 1
+        )
+        yield CounterMetricFamily(
+            "kvzap:freed_blocks", "KV blocks KVzap's compaction returned to the pool.", data["freed_blocks"]
+        )
+
+
+_registered = False
+
+
+def install() -> None:
+    """In the first process that loads the plugin (the server's, or an offline LLM's): name the file and collect it;
+    the engine core started from there inherits the name and publishes to it."""
+    global _registered
+    if _registered or ENV in os.environ:
+        return
+    path = os.path.join(tempfile.gettempdir(), f"kvzap-metrics-{os.getpid()}.json")
+    os.environ[ENV] = path
+    from prometheus_client import REGISTRY
+
+    REGISTRY.register(Collector(path))
+    atexit.register(lambda: Path(path).unlink(missing_ok=True))
+    _registered = True

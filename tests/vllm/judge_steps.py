@@ -1,0 +1,103 @@
+"""Run inside the vLLM environment: the plugin's compaction (kvzap_vllm.pruner.Pruner) driven step by step without
+an engine, over a cache whose every entry holds its own position, so what each (layer, head) holds can be read back.
+A prompt is judged, then the decoding tokens arrive `--per-step` at a time (more than one token then leaves the
+window in one step, which no supported engine setting schedules today). Writes, per (layer, head), the positions
+held in its front slots and the positions the fill policy keeps (computed here from the scores, independently of
+the compaction's bookkeeping), with the blocks each layer's table keeps."""
+
+import argparse
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import torch
+
+from kvzap_vllm.pruner import Pruner
+
+LAYERS, HEADS, BLOCK, ENTRY = 3, 2, 4, 2  # ENTRY: numbers per slot and head (the kernel's keys and values)
+
+
+def expected_kept(scores: torch.Tensor, prompt: int, seen: int, window: int, tau: float) -> list[list[set]]:
+    """(layer, head) -> the positions the fill policy keeps: of the prompt's judged tokens, each head its own best up
+    to the layer's most-keeping head's count; of the decoding tokens judged later, a token for every head iff one
+    head scores it >= tau; the window's tokens all."""
+    judged_at_prompt, judged = prompt - window, seen - window
+    kept = [[set(range(judged, seen)) for _ in range(HEADS)] for _ in range(LAYERS)]
+    for layer in range(LAYERS):
+        block = scores[layer, :, :judged_at_prompt]  # (H, tokens)
+        count = int((block >= tau).sum(-1).max())
+        for head in range(HEADS):
+            kept[layer][head] |= set(block[head].argsort(descending=True, stable=True)[:count].tolist())
+        for position in range(judged_at_prompt, judged):
+            if bool((scores[layer, :, position] >= tau).any()):
+                for head in range(HEADS):
+                    kept[layer][head].add(position)
+    return kept
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--per-step", type=int, required=True, help="decoding tokens scheduled per step")
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    prompt, decoded, window, tau = 30, 24, 8, 0.0
+    generator = torch.Generator().manual_seed(0)
+    scores = torch.randn(LAYERS, HEADS, prompt + decoded, generator=generator)  # (G, H, positions)
+    blocks = LAYERS * (-(-(prompt + decoded) // BLOCK) + 1)  # one pool for every layer's table, as in vLLM
+    caches = [torch.full((blocks, HEADS, BLOCK * ENTRY), -1.0) for _ in range(LAYERS)]
+    offsets = torch.arange(BLOCK * ENTRY).view(BLOCK, ENTRY)
+    request = SimpleNamespace(num_computed_tokens=0, num_tokens=prompt, block_ids=tuple([] for _ in range(LAYERS)))
+    request.sampling_params = SimpleNamespace(extra_args=None)
+    table = SimpleNamespace(block_tables=[SimpleNamespace(num_blocks_per_row=[0]) for _ in range(LAYERS)])
+    batch = SimpleNamespace(req_ids=["r"], req_id_to_index={"r": 0}, block_table=table)
+    pruner = Pruner.__new__(Pruner)
+    pruner.runner = SimpleNamespace(input_batch=batch, requests={"r": request})
+    pruner.scorer = SimpleNamespace(latest={})
+    pruner.threshold, pruner.window, pruner.layers, pruner.states = tau, window, list(range(LAYERS)), {}
+    pruner.caches, pruner.offsets, pruner.block_size, pruner.heads = caches, offsets, BLOCK, HEADS
+
+    def step(count: int) -> None:
+        """The engine's side: blocks for the new tokens, their entries written after each layer's held ones (the
+        slot mapping), the forward's scores; then the pruner judges."""
+        start = request.num_computed_tokens
+        state = pruner.states.get("r")
+        removed = state.removed if state is not None else np.zeros(LAYERS, np.int64)
+        for layer in range(LAYERS):
+            ids = request.block_ids[layer]
+            while len(ids) * BLOCK < start + count - removed[layer]:  # the pool's lowest free block (cut ones return)
+                ids.append(min(set(range(blocks)) - {b for held in request.block_ids for b in held}))
+            for position in range(start, start + count):
+                slot = position - int(removed[layer])
+                caches[layer][ids[slot // BLOCK], :, offsets[slot % BLOCK]] = float(position)
+        pruner.scorer.latest = {layer: scores[layer, :, start : start + count].T for layer in range(LAYERS)}
+        pruner._judge({"r": count})
+        request.num_computed_tokens += count
+
+    step(prompt)
+    while request.num_computed_tokens < prompt + decoded:
+        count = min(args.per_step, prompt + decoded - request.num_computed_tokens)
+        request.num_tokens = request.num_computed_tokens + count
+        step(count)
+
+    seen, state = request.num_computed_tokens, pruner.states["r"]
+    held = []
+    for layer in range(LAYERS):
+        count, ids = seen - int(state.removed[layer]), request.block_ids[layer]
+        slots = torch.arange(count)
+        at = (torch.tensor(ids)[slots // BLOCK, None], torch.arange(HEADS)[None], offsets[slots % BLOCK, 0, None])
+        entries = caches[layer][at]  # (count, H): the position each held slot's entry belongs to
+        held.append([sorted(entries[:, head].long().tolist()) for head in range(HEADS)])
+    kept = expected_kept(scores, prompt, seen, window, tau)
+    record = {
+        "held": held,
+        "kept": [[sorted(head) for head in layer] for layer in kept],
+        "blocks": [len(ids) for ids in request.block_ids],
+        "table_blocks": [t.num_blocks_per_row[0] for t in table.block_tables],
+        "removed": state.removed.tolist(),
+    }
+    args.out.write_text(json.dumps(record))
+
+
+if __name__ == "__main__":
+    main()
