@@ -17,6 +17,8 @@ import os
 import tempfile
 from pathlib import Path
 
+from kvzap.atomic import atomic_write_text
+
 ENV = "KVZAP_METRICS_FILE"
 
 
@@ -37,9 +39,7 @@ def publish(scheduler, layers: int, freed: int) -> None:
     if path is None:
         return
     held, dense = footprint(scheduler, layers)
-    partial = Path(f"{path}.{os.getpid()}.partial")
-    partial.write_text(json.dumps({"held_blocks": held, "dense_blocks": dense, "freed_blocks": freed}))
-    os.replace(partial, path)
+    atomic_write_text(path, json.dumps({"held_blocks": held, "dense_blocks": dense, "freed_blocks": freed}))
 
 
 class Collector:
