@@ -70,3 +70,11 @@ def output_file(text: str) -> Path:
     if path.is_dir():
         raise argparse.ArgumentTypeError(f"{text} is a folder: give a file path such as {path / 'record.json'}")
     return path
+
+
+def output_folder(text: str) -> Path:
+    """A folder a script keeps its files in (created if missing), not an existing file."""
+    path = Path(text)
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a file: give a folder path such as {path.parent / 'engines'}")
+    return path

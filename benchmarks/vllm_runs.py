@@ -13,6 +13,7 @@ from pathlib import Path
 from transformers import pipeline
 
 from kvzap.evaluation.shared_prefill import pipeline_prompt
+from records import output_folder
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -41,7 +42,7 @@ def answers(model, tokenizer, tokens: list[list[int]]) -> list[str]:
 def add_engine_folder_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--engine-folder",
-        type=Path,
+        type=output_folder,
         help="keep each engine's record here; a rerun with the same settings reads them back (default: temporary)",
     )
 

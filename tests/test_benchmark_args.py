@@ -11,7 +11,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from records import nonnegative_int, output_file, positive_int, seconds, unit_fraction  # noqa: E402
+from records import nonnegative_int, output_file, output_folder, positive_int, seconds, unit_fraction  # noqa: E402
 
 SCRIPTS = sorted(p for p in (ROOT / "benchmarks").glob("*.py") if p.name != "records.py")
 FREE_NUMBERS = {"--seed", "--seeds", "--threshold", "--thresholds"}  # any integer seed, any real threshold
@@ -28,6 +28,7 @@ FREE_NUMBERS = {"--seed", "--seeds", "--threshold", "--thresholds"}  # any integ
         (unit_fraction, "-0.1", "-0.1 is outside [0, 1)"),
         (unit_fraction, "half", "'half' is not a number"),
         (output_file, str(ROOT), "is a folder: give a file path"),
+        (output_folder, str(ROOT / "README.md"), "is a file: give a folder path"),
         (seconds, "-1", "-1.0 is not a duration: give 0 or more seconds"),
         (seconds, "soon", "'soon' is not a number: give seconds"),
     ],
@@ -40,6 +41,7 @@ def test_bad_values_are_refused_by_name(parse, text, message):
 def test_good_values_pass_through(tmp_path):
     assert (positive_int("4"), nonnegative_int("0"), unit_fraction("0.75")) == (4, 0, 0.75)
     assert output_file(str(tmp_path / "r.json")) == tmp_path / "r.json"
+    assert output_folder(str(tmp_path)) == tmp_path
 
 
 def _typed_flags(script: Path):
