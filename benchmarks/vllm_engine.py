@@ -13,11 +13,11 @@ from records import output_file, positive_int
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the engine core in this process: its scheduler is read
 
 
-def watch(scheduler, layers: int, steps: list, start: list[float]) -> None:
+def watch(scheduler, layers: int, steps: list, scheduled: dict, start: list[float]) -> None:
     """Record each schedule's outcome; blocks count per-layer blocks (dense: one block spans every layer), as the
     plugin's /metrics counts them. Each step also records when it was scheduled (seconds since `start[0]`) and how
     many tokens each running request had output by then, from which a request's first-token and per-token times
-    follow (one step's resolution)."""
+    follow (one step's resolution); `scheduled` gets each request's tokens per step (its prefill chunks)."""
     from kvzap_vllm.metrics import footprint
 
     schedule = scheduler.schedule
@@ -35,6 +35,8 @@ def watch(scheduler, layers: int, steps: list, start: list[float]) -> None:
                 "outputs": {r.request_id: r.num_output_tokens for r in scheduler.running},
             }
         )
+        for request_id, count in output.num_scheduled_tokens.items():
+            scheduled.setdefault(request_id, []).append(count)
         return output
 
     scheduler.schedule = watched
@@ -53,9 +55,9 @@ def main() -> None:
 
     llm = LLM(model=args.model, **json.loads(args.engine))
     core = llm.llm_engine.engine_core.engine_core
-    steps: list = []
+    steps, scheduled = [], {}
     start = [time.perf_counter()]
-    watch(core.scheduler, llm.llm_engine.vllm_config.model_config.hf_config.num_hidden_layers, steps, start)
+    watch(core.scheduler, llm.llm_engine.vllm_config.model_config.hf_config.num_hidden_layers, steps, scheduled, start)
     prompts = [TokensPrompt(prompt_token_ids=ids) for ids in json.loads(args.prompts.read_text())]
     sampling = SamplingParams(temperature=0, max_tokens=args.max_tokens, ignore_eos=True)
     start[0] = time.perf_counter()
@@ -63,7 +65,7 @@ def main() -> None:
     seconds = time.perf_counter() - start[0]
     tokens = [list(o.outputs[0].token_ids) for o in outputs]
     blocks = core.scheduler.kv_cache_config.num_blocks
-    record = {"tokens": tokens, "seconds": seconds, "steps": steps, "blocks": blocks}
+    record = {"tokens": tokens, "seconds": seconds, "steps": steps, "scheduled": scheduled, "blocks": blocks}
     # every block back in the pool once all requests have finished, but vLLM's null block
     record["blocks_leaked"] = blocks - 1 - core.scheduler.kv_cache_manager.block_pool.get_num_free_blocks()
     args.out.write_text(json.dumps(record))

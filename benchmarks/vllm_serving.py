@@ -23,6 +23,7 @@ from contextlib import nullcontext
 from pathlib import Path
 
 import torch
+from transformers import DynamicCache
 
 import ruler_rows
 from kvzap.atomic import atomic_write_json
@@ -36,22 +37,33 @@ COLUMNS = ["engine", "mean_running", "peak_running", "preemptions", "output_toke
 COLUMNS += ["alone_tpot_s", "alone_step_p95_s", "realised_compression"]
 
 
-def greedy(model, prompt: list[int], new_tokens: int, press) -> tuple[list[int], tuple]:
-    """Transformers' greedy tokens (under the press, if any) and each step's logits."""
+def greedy(model, prompt: list[int], new_tokens: int, press, steps: list[int] | None = None) -> tuple[list[int], tuple]:
+    """Transformers' greedy tokens (under the press, if any) and each step's logits, the request fed as the engine
+    scheduled it: `steps` its tokens per forward (default: the prompt in one, then one token each). Under a press
+    with decoding=True every forward is judged, as the plugin with judge_chunks judges each prefill chunk. Every
+    prompt token is attended, as vLLM attends it, and nothing stops early (the end token is one more token, as under
+    vLLM's ignore_eos)."""
+    steps = steps or [len(prompt)] + [1] * (new_tokens - 1)
+    cache, tokens, logits, begin = DynamicCache(config=model.config), [], [], 0
     with torch.no_grad(), press(model) if press is not None else nullcontext():
-        ids = torch.tensor([prompt])
-        out = model.generate(
-            ids,
-            # every prompt token is attended, as vLLM attends it: without a mask, generate hides each occurrence of the
-            # pad token, which is SmolLM2's <|im_end|>, in the middle of a chat-templated prompt
-            attention_mask=torch.ones_like(ids),
-            max_new_tokens=new_tokens,
-            eos_token_id=None,  # no stop and no ban: the end token is one more token, as under vLLM's ignore_eos
-            do_sample=False,
-            output_scores=True,
-            return_dict_in_generate=True,
-        )
-    return out.sequences[0, len(prompt) :].tolist(), out.scores
+        for count in steps:
+            if begin >= len(prompt) and count != 1:
+                raise ValueError(f"a decoding step of {count} tokens: the engine scheduled more than one")
+            ids = prompt[begin : begin + count] if begin < len(prompt) else tokens[-1:]
+            out = model(torch.tensor([ids]), past_key_values=cache, use_cache=True).logits[:, -1]
+            begin += count
+            if begin >= len(prompt):
+                logits.append(out)
+                tokens.append(int(out[0].argmax()))
+    return tokens, tuple(logits)
+
+
+def engine_steps(run: dict, prompt: int) -> list[int] | None:
+    """A request's tokens per scheduler step in an engine's record, or None if it was preempted (recomputed from
+    scratch: its steps no longer follow one cache)."""
+    steps = next((v for k, v in run["scheduled"].items() if prompt_index(k) == prompt), None)
+    fed = len(run["inputs"]["prompts"][prompt]) + len(run["tokens"][prompt]) - 1  # the last token is never fed
+    return steps if steps is not None and sum(steps) == fed else None
 
 
 def divergence(prompt: int, tokens: list[int], reference: list[int], logits: tuple) -> dict | None:
@@ -163,6 +175,10 @@ def main() -> None:
     parser.add_argument("--kv-memory-mib", type=positive_int, default=200, help="kv_cache_memory_bytes, both engines")
     parser.add_argument("--block-size", type=positive_int, default=32)
     parser.add_argument("--check-tokens", type=positive_int, default=8, help="requests compared with transformers")
+    parser.add_argument(
+        "--max-num-batched-tokens", type=positive_int, default=None, help="vLLM's tokens per step, both engines"
+    )
+    parser.add_argument("--judge-chunks", action="store_true", help="the plugin judges each prefill chunk")
     parser.add_argument("--out", type=output_file, required=True)
     add_engine_folder_argument(parser)
     args = parser.parse_args()
@@ -178,7 +194,10 @@ def main() -> None:
     engine |= {"kv_cache_memory_bytes": args.kv_memory_mib * 2**20, "block_size": args.block_size}
     engine |= {"max_model_len": max(map(len, prompts)) + new_tokens}
     engine |= {"hf_overrides": {"kvzap_model_id": model_json["model_id"]}}  # the surrogate's base model
+    if args.max_num_batched_tokens:  # a prefill chunk is at most this long
+        engine |= {"max_num_batched_tokens": args.max_num_batched_tokens, "enable_chunked_prefill": True}
     kvzap = {"surrogate": str(checkpoint.resolve() if checkpoint else args.surrogate), "threshold": args.threshold}
+    kvzap |= {"judge_chunks": True} if args.judge_chunks else {}
     plugin = engine | {"additional_config": {"kvzap": kvzap}}
     with engine_folder(args.engine_folder) as folder:
         dense = run_engine(folder, "dense", model_json["path"], prompts, engine, new_tokens)
@@ -199,7 +218,11 @@ def main() -> None:
         press = KVzapLayerFillPress(str(args.surrogate), threshold=args.threshold, decoding=True)
         if k < args.check_tokens:
             for name, run, reference_press in (("dense vLLM", dense, None), ("vLLM + KVzap", pruned, press)):
-                reference, logits = greedy(model, prompt, new_tokens, reference_press)
+                steps = engine_steps(run, k) if reference_press is not None and args.judge_chunks else None
+                if reference_press is not None and args.judge_chunks and steps is None:
+                    traces[name].append({"prompt": k, "preempted": "recomputed: not compared"})
+                    continue
+                reference, logits = greedy(model, prompt, new_tokens, reference_press, steps)
                 traces[name].append(divergence(k, run["tokens"][k], reference, logits))
         else:
             with torch.no_grad(), press(model):

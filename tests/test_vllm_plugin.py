@@ -8,6 +8,7 @@ it, and these tests run it as a subprocess."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import subprocess
@@ -22,7 +23,15 @@ from transformers import AutoModelForCausalLM
 from family_models import build
 from kvzap.surrogate.model import Surrogate
 from tiny_models import TEXT, tiny_tokenizer
-from vllm_served import VLLM_PYTHON, attention_inputs, demo_served, needs_vllm, press_generate, score_quantile
+from vllm_served import (
+    VLLM_PYTHON,
+    attention_inputs,
+    demo_served,
+    needs_vllm,
+    press_generate,
+    press_generate_in_steps,
+    score_quantile,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "plugins" / "vllm" / "src"))  # settings and refusals import no vLLM
@@ -161,13 +170,16 @@ def test_pruning_in_vllm_generates_the_transformers_tokens_and_frees_the_blocks(
 
 
 @needs_vllm
-@pytest.mark.parametrize("per_step", [1, 3, 7])
-def test_tokens_leaving_the_window_several_at_a_time_are_judged_as_one_at_a_time(tmp_path, per_step):
-    """The compaction driven without an engine (tests/vllm/judge_steps.py), decoding tokens arriving 1, 3 or 7 per
-    step: each (layer, head) holds in its front slots exactly the positions the fill policy keeps, and its block
-    table exactly the blocks they fill. Several tokens leaving in one step were an engine-killing RuntimeError."""
+@pytest.mark.parametrize(("per_step", "prompt_chunk"), [(1, None), (3, None), (7, None), (1, 7), (3, 5)])
+def test_the_compaction_holds_exactly_what_each_judgement_keeps(tmp_path, per_step, prompt_chunk):
+    """The compaction driven without an engine (tests/vllm/judge_steps.py): a prompt prefilled whole or in chunks
+    that are each judged (`judge_chunks`), then decoding tokens arriving 1, 3 or 7 per step, the tokens leaving the
+    window at each step one judgement: each (layer, head) holds in its front slots exactly the positions the fill
+    policy keeps, and its block table exactly the blocks they fill. Several tokens leaving in one step were an
+    engine-killing RuntimeError."""
     out = tmp_path / "judged.json"
     command = [str(VLLM_PYTHON), str(ROOT / "tests" / "vllm" / "judge_steps.py"), "--per-step", str(per_step)]
+    command += ["--prompt-chunk", str(prompt_chunk)] if prompt_chunk else []
     run = subprocess.run([*command, "--out", str(out)], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-4000:]
     record = json.loads(out.read_text())
@@ -175,6 +187,38 @@ def test_tokens_leaving_the_window_several_at_a_time_are_judged_as_one_at_a_time
     assert 0 < min(record["removed"])  # every layer dropped some
     fill = [-(-len(layer[0]) // 4) for layer in record["kept"]]  # blocks of 4 slots
     assert record["blocks"] == record["table_blocks"] == fill
+
+
+@needs_vllm
+def test_a_chunked_prefill_judged_chunk_by_chunk_generates_the_transformers_tokens_of_those_chunks(demo):
+    """With `judge_chunks`, each chunk vLLM's scheduler cuts from a prompt (a 64-token budget shared by three
+    requests) is judged once computed, so the next chunk attends to the pruned cache and the request's blocks are
+    cut before its prefill ends. The reference is the transformers press fed the same chunks, each one forward: the
+    same greedy tokens and entries removed per (request, layer); every block cut fits the kept entries."""
+    prompts = [demo.prompts[0], demo.prompts[0][100:], demo.prompts[0][:150]]
+    new_tokens, budget = 24, 64
+    tau = score_quantile(demo, 0.6)
+    settings = {"surrogate": str(demo.folder / "surrogate"), "threshold": tau, "judge_chunks": True}
+    engine = {"block_size": 32, "max_num_batched_tokens": budget, "enable_chunked_prefill": True}
+    extra = ("--max-tokens", str(new_tokens), "--ignore-eos")
+    record = run_engine(demo, "chunk-judged", prompts, settings, engine, extra)
+
+    assert record["preemptions"] == []
+    assert_blocks_fit_the_kept_entries(record)
+    early = 0
+    for row, prompt in enumerate(prompts):
+        steps = record["scheduled"][str(row)]
+        chunks, decoding = steps[: len(steps) - new_tokens + 1], steps[len(steps) - new_tokens + 1 :]
+        assert sum(chunks) == len(prompt) and len(chunks) > 1 and max(chunks) <= budget and set(decoding) == {1}
+        tokens, press = press_generate_in_steps(demo, prompt, tau, steps)
+        assert record["tokens"][row] == tokens, row
+        removed = [int(counts[0][0][0]) for _, counts in sorted(press.removed_counts.items())]
+        assert removed == record["removed"][str(row)], row
+        # judged while prefilling, as soon as a chunk ends past the window: cut at fewer tokens than the prompt's
+        judged_early = any(end > 128 for end in itertools.accumulate(chunks[:-1]))
+        assert judged_early == any(r == row and seen < len(prompt) for r, _, _, seen, _ in record["shrinks"]), row
+        early += judged_early
+    assert early >= 2  # the long prompts'
 
 
 @needs_vllm

@@ -3,6 +3,7 @@ the demo model served with a random surrogate, and the transformers references a
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -16,6 +17,9 @@ from kvzap.surrogate.model import Surrogate
 from tiny_models import TEXT
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from vllm_serving import greedy  # noqa: E402
+
 VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
 
 needs_vllm = pytest.mark.skipif(
@@ -72,3 +76,12 @@ def press_generate(served, prompt: list[int], tau: float, new_tokens: int) -> tu
             torch.tensor([prompt]), max_new_tokens=new_tokens, eos_token_id=None, do_sample=False
         )
     return out[0, len(prompt) :].tolist(), press
+
+
+def press_generate_in_steps(
+    served, prompt: list[int], tau: float, steps: list[int]
+) -> tuple[list[int], KVzapLayerFillPress]:
+    """The transformers path fed as an engine scheduled it (benchmarks/vllm_serving.greedy): the prompt in the given
+    chunks, each one forward the press judges, then one token a forward. Returns the tokens and the press."""
+    press = KVzapLayerFillPress(str(served.folder / "surrogate"), threshold=tau, decoding=True)
+    return greedy(served.model, prompt, None, press, steps)[0], press

@@ -1,8 +1,8 @@
 """Run inside the vLLM environment: the plugin's compaction (kvzap_vllm.pruner.Pruner) driven step by step without
 an engine, over a cache whose every entry holds its own position, so what each (layer, head) holds can be read back.
-A prompt is judged, then the decoding tokens arrive `--per-step` at a time (more than one token then leaves the
-window in one step, which no supported engine setting schedules today). Writes, per (layer, head), the positions
-held in its front slots and the positions the fill policy keeps (computed here from the scores, independently of
+A prompt is prefilled whole, or `--prompt-chunk` tokens at a time with each chunk judged (`judge_chunks`); then the
+decoding tokens arrive `--per-step` at a time. Writes, per (layer, head), the positions held in its front slots and
+the positions the fill policy keeps (computed here from the scores and the judgements' boundaries, independently of
 the compaction's bookkeeping), with the blocks each layer's table keeps."""
 
 import argparse
@@ -16,32 +16,31 @@ import torch
 from kvzap_vllm.pruner import Pruner
 
 LAYERS, HEADS, BLOCK, ENTRY = 3, 2, 4, 2  # ENTRY: numbers per slot and head (the kernel's keys and values)
+TAU = 0.0
 
 
-def expected_kept(scores: torch.Tensor, prompt: int, seen: int, window: int, tau: float) -> list[list[set]]:
-    """(layer, head) -> the positions the fill policy keeps: of the prompt's judged tokens, each head its own best up
-    to the layer's most-keeping head's count; of the decoding tokens judged later, a token for every head iff one
-    head scores it >= tau; the window's tokens all."""
-    judged_at_prompt, judged = prompt - window, seen - window
-    kept = [[set(range(judged, seen)) for _ in range(HEADS)] for _ in range(LAYERS)]
+def expected_kept(scores: torch.Tensor, judgements: list[range], seen: int) -> list[list[set]]:
+    """(layer, head) -> the positions the fill policy keeps: of each judgement's tokens, each head its own best up to
+    the count of the layer's most-keeping head (scores >= tau); the tokens never judged (the window's) all."""
+    last = judgements[-1].stop if judgements else 0
+    kept = [[set(range(last, seen)) for _ in range(HEADS)] for _ in range(LAYERS)]
     for layer in range(LAYERS):
-        block = scores[layer, :, :judged_at_prompt]  # (H, tokens)
-        count = int((block >= tau).sum(-1).max())
-        for head in range(HEADS):
-            kept[layer][head] |= set(block[head].argsort(descending=True, stable=True)[:count].tolist())
-        for position in range(judged_at_prompt, judged):
-            if bool((scores[layer, :, position] >= tau).any()):
-                for head in range(HEADS):
-                    kept[layer][head].add(position)
+        for positions in judgements:
+            block = scores[layer, :, positions.start : positions.stop]  # (H, tokens)
+            count = int((block >= TAU).sum(-1).max())
+            for head in range(HEADS):
+                best = block[head].argsort(descending=True, stable=True)[:count]
+                kept[layer][head] |= {positions.start + i for i in best.tolist()}
     return kept
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--per-step", type=int, required=True, help="decoding tokens scheduled per step")
+    parser.add_argument("--prompt-chunk", type=int, default=None, help="prefill chunks, each judged (judge_chunks)")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
-    prompt, decoded, window, tau = 30, 24, 8, 0.0
+    prompt, decoded, window = 30, 24, 8
     generator = torch.Generator().manual_seed(0)
     scores = torch.randn(LAYERS, HEADS, prompt + decoded, generator=generator)  # (G, H, positions)
     blocks = LAYERS * (-(-(prompt + decoded) // BLOCK) + 1)  # one pool for every layer's table, as in vLLM
@@ -54,7 +53,9 @@ def main() -> None:
     pruner = Pruner.__new__(Pruner)
     pruner.runner = SimpleNamespace(input_batch=batch, requests={"r": request})
     pruner.scorer = SimpleNamespace(latest={})
-    pruner.threshold, pruner.window, pruner.layers, pruner.states = tau, window, list(range(LAYERS)), {}
+    pruner.threshold, pruner.window, pruner.layers, pruner.states = TAU, window, list(range(LAYERS)), {}
+    pruner.judge_chunks = args.prompt_chunk is not None
+    judgements: list[range] = []  # the positions each judgement settles, as this engine schedules them
     pruner.caches, pruner.offsets, pruner.block_size, pruner.heads = caches, offsets, BLOCK, HEADS
 
     def step(count: int) -> None:
@@ -73,8 +74,12 @@ def main() -> None:
         pruner.scorer.latest = {layer: scores[layer, :, start : start + count].T for layer in range(LAYERS)}
         pruner._judge({"r": count})
         request.num_computed_tokens += count
+        judged = judgements[-1].stop if judgements else 0
+        if request.num_computed_tokens - window > judged and (pruner.judge_chunks or start + count >= prompt):
+            judgements.append(range(judged, request.num_computed_tokens - window))
 
-    step(prompt)
+    while request.num_computed_tokens < prompt:
+        step(min(args.prompt_chunk or prompt, prompt - request.num_computed_tokens))
     while request.num_computed_tokens < prompt + decoded:
         count = min(args.per_step, prompt + decoded - request.num_computed_tokens)
         request.num_tokens = request.num_computed_tokens + count
@@ -88,7 +93,7 @@ def main() -> None:
         at = (torch.tensor(ids)[slots // BLOCK, None], torch.arange(HEADS)[None], offsets[slots % BLOCK, 0, None])
         entries = caches[layer][at]  # (count, H): the position each held slot's entry belongs to
         held.append([sorted(entries[:, head].long().tolist()) for head in range(HEADS)])
-    kept = expected_kept(scores, prompt, seen, window, tau)
+    kept = expected_kept(scores, judgements, seen)
     record = {
         "held": held,
         "kept": [[sorted(head) for head in layer] for layer in kept],

@@ -1,7 +1,8 @@
 """Run inside the vLLM environment (.venv-vllm), one engine per process: greedy generation of the prompts, with the
 KVzap plugin (--kvzap SETTINGS_JSON) or without, written as JSON; with record_scores, the scores the plugin computed
 for the generation (not the engine's start-up dummy runs) are saved beside it with torch.save. The record also
-lists the pruning scheduler's block cuts, the entries removed per layer, and the preemptions."""
+lists the pruning scheduler's block cuts, the entries removed per layer, the preemptions, and each request's tokens
+scheduled per step (its prefill chunks, then one per decoding step)."""
 
 import argparse
 import json
@@ -23,6 +24,7 @@ def main() -> None:
     args = parser.parse_args()
     shrinks, posts = record_pruning() if args.kvzap else ([], {})
     preemptions = record_preemptions()
+    schedule = record_schedule()
 
     from vllm import LLM, SamplingParams, TokensPrompt
 
@@ -56,6 +58,7 @@ def main() -> None:
     record["shrinks"] = [(row(r), *rest) for r, *rest in shrinks]
     record["removed"] = {row(r): removed for r, removed in posts.items()}  # per layer, after the last forward
     record["preemptions"] = [(row(r), tokens) for r, tokens in preemptions]
+    record["scheduled"] = {row(r): counts for r, counts in schedule.items()}
     if has_scorer:
         import torch
 
@@ -98,6 +101,22 @@ def record_preemptions() -> list:
 
     Scheduler._preempt_request = recording
     return calls
+
+
+def record_schedule() -> dict:
+    """request -> the tokens scheduled for it at each step, in order."""
+    from vllm.v1.core.sched.scheduler import Scheduler
+
+    counts, schedule = {}, Scheduler.schedule
+
+    def recording(self, *args, **kwargs):
+        output = schedule(self, *args, **kwargs)
+        for request_id, count in output.num_scheduled_tokens.items():
+            counts.setdefault(request_id, []).append(count)
+        return output
+
+    Scheduler.schedule = recording
+    return counts
 
 
 if __name__ == "__main__":

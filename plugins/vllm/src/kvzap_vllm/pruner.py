@@ -9,9 +9,10 @@ table per layer, kvzap_vllm.groups), and each layer's entries are packed at the 
 A slot holds one entry per KV head, and the heads of a layer may hold different tokens in the same slot: attention
 over a (request, head) is a sum over its entries in any order, and the keys are cached already rotated, so the
 tokens' positions stay their own. A prompt is judged once its prefill is complete (chunked or not), as the
-transformers press judges a one-forward prefill; then one token leaves the window per decoding step, and a dropped
-one's slot takes the newest token (one entry moved, not the window). Several leaving in one step are judged in
-order, as if one per step."""
+transformers press judges a one-forward prefill, or, with `judge_chunks`, each chunk of a chunked prefill as it is
+computed, as the transformers press judges a forward of several tokens: the tokens leaving the window together are
+one judgement (the fill counts over them), and the layer's held entries are packed again. Then one token leaves the
+window per decoding step, and a dropped one's slot takes the newest token (one entry moved, not the window)."""
 
 from __future__ import annotations
 
@@ -58,7 +59,8 @@ class Pruner:
         if reason:
             raise ValueError(f"KVzap cannot prune in this engine: {reason}.")
         self.runner, self.scorer = runner, runner.model.kvzap
-        self.threshold, self.window = self.scorer.settings.threshold, self.scorer.settings.window
+        settings = self.scorer.settings
+        self.threshold, self.window, self.judge_chunks = settings.threshold, settings.window, settings.judge_chunks
         groups = runner.kv_cache_config.kv_cache_groups
         self.layers = [_layer_index(group.layer_names) for group in groups]
         context = runner.compilation_config.static_forward_context
@@ -149,39 +151,44 @@ class Pruner:
                 new_slots = np.arange(seen - count, seen)[None] - state.removed[:, None]
                 state.slots = np.concatenate([state.slots, new_slots], 1)
             leaving = seen - state.judged - self.window
-            if seen < request.num_tokens or leaving <= 0:  # a prefill in progress, or nothing out of the window yet
+            if leaving <= 0 or (seen < request.num_tokens and not self.judge_chunks):  # nothing out, or prefilling
                 continue
-            if state.slots is None:
-                self._judge_prompt(state, request.block_ids, leaving, seen)
-            elif leaving == 1:
+            if leaving == 1 and state.slots is not None:
                 moves += self._judge_one(state, request.block_ids, seen)
-            else:  # several left at once (no supported setting schedules it): judged in order, each moved at once
-                for _ in range(leaving):
-                    self._move(self._judge_one(state, request.block_ids, seen))
+            else:
+                self._judge_together(state, request.block_ids, leaving, seen)
             self._cut_block_tables(request_id, request.block_ids, state, seen)
             LEDGER.post(request_id, state.removed)
         self._move(moves)
 
-    def _judge_prompt(self, state: RequestPruning, block_ids, leaving: int, seen: int) -> None:
-        """The first judgement, over a layout where every layer holds position p at slot p: each head's kept
-        tokens go to the front slots (in position order), then the window's tokens."""
+    def _judge_together(self, state: RequestPruning, block_ids, leaving: int, seen: int) -> None:
+        """The `leaving` oldest unjudged tokens as one judgement; each layer's held entries are then packed again:
+        those judged before, each head's kept ones of this judgement (in position order), then the unjudged rest,
+        which every head of the layer keeps in the same slots. Before the first judgement every layer holds
+        position p at slot p."""
         keep = layer_fill(state.pending[:, :, :leaving], state.threshold)  # (G, H, leaving)
-        kept = keep[:, 0].sum(-1).tolist()  # the same count for every head of a group
+        kept = keep[:, 0].sum(-1).numpy()  # the same count for every head of a group
+        unjudged = np.arange(seen)[None].repeat(len(self.layers), 0) if state.slots is None else state.slots
+        settled = state.judged - state.removed  # (G,) entries kept by earlier judgements
         heads = torch.arange(self.heads)[:, None, None]
-        for gid, count in enumerate(kept):
+        for gid, count in enumerate(kept.tolist()):
+            slots = torch.from_numpy(unjudged[gid][:leaving])
+            before = np.setdiff1d(np.arange(settled[gid] + len(slots)), unjudged[gid])  # (settled,) held slots
             # each head's kept positions in order: a stable sort of dropped-after-kept
             chosen = torch.argsort((~keep[gid]).to(torch.int8), dim=-1, stable=True)[:, :count]
-            window = torch.arange(leaving, seen).expand(self.heads, -1)
-            source = torch.cat([chosen, window], -1)  # (H, count + window)
+            earlier, rest = (torch.from_numpy(x).expand(self.heads, -1) for x in (before, unjudged[gid][leaving:]))
+            source = torch.cat([earlier, slots[chosen], rest], -1)  # (H, held after)
             target = torch.arange(source.shape[1]).expand(self.heads, -1)
+            moved = (source != target).any(0)
+            source, target = source[:, moved], target[:, moved]
             blocks = torch.tensor(block_ids[gid])
             cache = self.caches[gid]
             entries = cache[blocks[source // self.block_size, None], heads, self.offsets[source % self.block_size]]
             cache[blocks[target // self.block_size, None], heads, self.offsets[target % self.block_size]] = entries
-        state.removed += leaving - np.array(kept, np.int64)
+        state.removed += leaving - kept
         state.pending = state.pending[:, :, leaving:]
-        state.judged = leaving
-        state.slots = np.arange(leaving, seen)[None] - state.removed[:, None]
+        state.judged += leaving
+        state.slots = (state.judged - state.removed)[:, None] + np.arange(seen - state.judged)[None]
 
     def _judge_one(self, state: RequestPruning, block_ids, seen: int) -> list[tuple[int, int, int, int, int]]:
         """The oldest unjudged token leaves the window: a layer keeps it for every head iff a head scores it >=

@@ -15,6 +15,10 @@ class KVzapSettings:
     threshold: float = -math.inf  # keep an entry iff its predicted log score >= threshold
     window: int = WINDOW  # the most recent tokens are always kept
     record_scores: bool = False  # keep every forward's scores on the model (model.kvzap.scores), for inspection
+    # judge each chunk of a chunked prefill as it is computed (the next chunk attends to the pruned cache), instead of
+    # the whole prompt once its prefill is complete: a long prompt never holds its whole dense cache, but its verdicts
+    # then depend on where the scheduler cut its chunks (its token budget, the queue)
+    judge_chunks: bool = False
 
     @classmethod
     def read(cls, additional_config) -> KVzapSettings | None:
@@ -38,10 +42,11 @@ class KVzapSettings:
         window = section.get("window", WINDOW)
         if isinstance(window, bool) or not isinstance(window, int) or window < 0:
             raise ValueError(f'additional_config["kvzap"]["window"]: an integer >= 0 (tokens), got {window!r}.')
-        record = section.get("record_scores", False)
-        if not isinstance(record, bool):
-            raise ValueError(f'additional_config["kvzap"]["record_scores"]: true or false, got {record!r}.')
-        return cls(section["surrogate"], float(threshold), window, record)
+        flags = {name: section.get(name, False) for name in ("record_scores", "judge_chunks")}
+        for name, value in flags.items():
+            if not isinstance(value, bool):
+                raise ValueError(f'additional_config["kvzap"]["{name}"]: true or false, got {value!r}.')
+        return cls(section["surrogate"], float(threshold), window, **flags)
 
 
 def prunes(vllm_config) -> bool:
