@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import shlex
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -46,15 +46,14 @@ def prefill_group(config: dict) -> sweep.EvalJob:
 
 def time_job(config: dict, group: sweep.EvalJob, dtype: str, threads: int, shard: int, n_shards: int) -> float:
     """Wall seconds of the job's process, as the DAG runs it, writing into a scratch folder."""
-    model_json = paths.model_json(config["results"], group.model)
-    argv = shlex.split(commands.evaluate_args({**config, "models": _with_dtype(config, dtype)}, group, shard, n_shards))
+    spec = commands.evaluate_spec({**config, "models": _with_dtype(config, dtype)}, group, shard, n_shards)
     with tempfile.TemporaryDirectory() as scratch:
-        out = argv.index("--out")
-        argv[out + 1 :] = [f"{scratch}/{i}" for i in range(len(argv) - out - 1)]
+        cells = [replace(c, outs={s: f"{scratch}/{i}/{s}" for s in c.outs}) for i, c in enumerate(spec.cells)]
+        spec = replace(spec, cells=tuple(cells))
         env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
         start = time.perf_counter()
         subprocess.run(
-            [sys.executable, "-m", "kvzap.evaluation.job", "--model", str(model_json), *argv],
+            [sys.executable, "-m", "kvzap.evaluation.job", "--spec", spec.to_json()],
             env=env,
             check=True,
             stdout=subprocess.DEVNULL,

@@ -136,7 +136,7 @@ def kernel_agreement(layer, tokens: int, group: int, kernels: list[str] | None =
     On a GPU in bfloat16 this is the check of the varlen flash kernel's use; the output's magnitude is given
     as the scale for the differences."""
     packed = layer.packed()
-    rows, dim = packed.length.shape[0], packed.keys.shape[1]
+    rows, dim = packed.rows.length.shape[0], packed.keys.shape[1]
     window_keys, window_values = (t.flatten(0, 1) for t in (layer.dense_keys, layer.dense_values))  # (R, W, D)
     gen = torch.Generator().manual_seed(tokens)
     q = (torch.randn(rows, group * tokens, dim, generator=gen) * dim**-0.5).to(packed.keys)  # pre-scaled

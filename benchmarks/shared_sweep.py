@@ -22,6 +22,7 @@ from kvzap.atomic import atomic_write_json
 from kvzap.evaluation import job, methods, presses
 from kvzap.evaluation.grouping import samples_per_decode
 from kvzap.evaluation.shared_prefill import run_greedy_shared
+from kvzap.evaluation.spec import JobError, parse_cell
 from kvzap.evaluation.suites import ruler
 from kvzap.prepare.models import load
 from kvzap.surrogate.settings import KINDS
@@ -51,7 +52,10 @@ def main() -> None:
     parser.add_argument("--out", type=output_file, required=True)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    cells = [job.parse_cell(c) for c in args.cells]
+    try:
+        cells = [parse_cell(c) for c in args.cells]
+    except JobError as err:
+        parser.error(str(err))
     unshared = [m for m, _ in cells if not methods.METHODS[m].shares_prefill]
     if unshared:
         raise SystemExit(f"{unshared} prune with their own prefill: the sweep compares methods that share one.")

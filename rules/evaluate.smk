@@ -1,4 +1,5 @@
-# Evaluation jobs (kvzap.plan.sweep.eval_jobs), each over every subset of its entry, the model loaded once:
+# Evaluation jobs (kvzap.plan.sweep.eval_jobs), each over every subset of its entry, the model loaded once, each run
+# with its typed spec (kvzap.evaluation.spec.JobSpec, as JSON: `snakemake -n -p` prints it):
 # - the prefill group: the cells of one (model, entry) whose methods prune after attention share one prefill per
 #   sample and one batched decode (kvzap.evaluation.shared_prefill);
 # - every other cell (KVzip's repeat pass, attention weights, chunked prefill, sampled AIME rollouts) is a job alone.
@@ -31,11 +32,11 @@ for BENCH, SPEC in config["evaluation"]["benchmarks"].items():
             resources:
                 **stage_resources("evaluate"),
             params:
-                args=lambda wc, bench=BENCH, n=N_SHARDS: commands.evaluate_args(
+                spec=lambda wc, bench=BENCH, n=N_SHARDS: commands.evaluate_spec(
                     config, sweep.EvalJob(wc.model, bench, None, ((wc.method, wc.value),)), int(wc.get("shard", 0)), n
-                ),
+                ).to_json(),
             shell:
-                "OMP_NUM_THREADS={threads} python -m kvzap.evaluation.job --model {input.model} {params.args} > {log} 2>&1"
+                "OMP_NUM_THREADS={threads} python -m kvzap.evaluation.job --spec {params.spec:q} > {log} 2>&1"
 
     for JOB in [job for job in EVAL_JOBS if job.bench == BENCH and job.group is not None]:
 
@@ -54,9 +55,11 @@ for BENCH, SPEC in config["evaluation"]["benchmarks"].items():
             resources:
                 **stage_resources("evaluate", JOB.model),
             params:
-                args=lambda wc, job=JOB, n=N_SHARDS: commands.evaluate_args(config, job, int(wc.get("shard", 0)), n),
+                spec=lambda wc, job=JOB, n=N_SHARDS: commands.evaluate_spec(
+                    config, job, int(wc.get("shard", 0)), n
+                ).to_json(),
             shell:
-                "OMP_NUM_THREADS={threads} python -m kvzap.evaluation.job --model {input.model} {params.args} > {log} 2>&1"
+                "OMP_NUM_THREADS={threads} python -m kvzap.evaluation.job --spec {params.spec:q} > {log} 2>&1"
 
     if N_SHARDS == 1:
         continue

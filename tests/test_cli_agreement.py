@@ -1,5 +1,6 @@
 """The rules' command lines (kvzap.plan) and the modules' CLIs agree: every flag the plan passes parses, and no
-setting the plan passes has a second default in a CLI (its one default is in src/kvzap/plan/config.schema.json)."""
+setting the plan passes has a second default in a CLI (its one default is in src/kvzap/plan/config.schema.json);
+an evaluation job's spec reads back as the planner built it, its cells' folders where the rules expect them."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ from pathlib import Path
 import pytest
 from snakemake.utils import validate as fill_defaults
 
-from kvzap.evaluation import job
-from kvzap.plan import commands, overlays, schema, sweep
+from kvzap.evaluation.spec import JobSpec
+from kvzap.plan import commands, overlays, paths, schema, sweep
 from kvzap.surrogate import settings
 from kvzap.training import collect, fit
 from plan_helpers import config_files
@@ -49,19 +50,27 @@ def test_plan_command_lines_parse(name):
             assert getattr(args, key) == config["training"][key]
         _no_second_default(fit.build_parser(), words)
     for eval_job in sweep.eval_jobs(config)[:50]:
-        words = shlex.split(
-            commands.evaluate_args(config, eval_job, 0, config["evaluation"]["benchmarks"][eval_job.bench]["shards"])
-        )
-        args = job.parse_args(["--model", "m.json", *words])
+        n_shards = config["evaluation"]["benchmarks"][eval_job.bench]["shards"]
+        spec = commands.evaluate_spec(config, eval_job, 0, n_shards)
+        assert JobSpec.read(spec.to_json()) == spec  # what the rule hands the job is what the planner meant
         subsets = config["evaluation"]["benchmarks"][eval_job.bench]["subsets"]
-        assert [job.parse_cell(c)[0] for c in args.cells] == [m for m, _ in eval_job.cells]
-        assert args.subsets == subsets and len(args.out) == len(args.subsets) * len(eval_job.cells)
+        assert [(c.method, c.value) for c in spec.cells] == [
+            (m, None if v == "none" else float(v)) for m, v in eval_job.cells
+        ]
+        for cell, (method, value) in zip(spec.cells, eval_job.cells):
+            expected = {
+                s: paths.shard_dir(
+                    config["results"], sweep.Cell(eval_job.model, eval_job.bench, s, method, value), 0, n_shards
+                )
+                for s in subsets
+            }
+            assert cell.outs == expected
         if eval_job.group is not None:
-            assert args.decode_batch == config["evaluation"]["decode_batch"]
+            assert spec.decode_batch == config["evaluation"]["decode_batch"]
         bench = config["evaluation"]["benchmarks"][eval_job.bench]["benchmark"]
         batched = bench == "aime25" or eval_job.group is not None
         batch_size = config["evaluation"]["batch_size"].get(eval_job.model, 1) if batched else 1
-        assert args.batch_size == batch_size
+        assert spec.batch_size == batch_size
 
 
 def test_aime_and_prefill_group_jobs_get_their_models_batch_size():
@@ -70,8 +79,7 @@ def test_aime_and_prefill_group_jobs_get_their_models_batch_size():
     def sizes(jobs) -> dict[str, set[int]]:
         out = {}
         for j in jobs:
-            words = shlex.split(commands.evaluate_args(config, j, 0, 1))
-            out.setdefault(j.model, set()).add(job.parse_args(["--model", "m", *words]).batch_size)
+            out.setdefault(j.model, set()).add(commands.evaluate_spec(config, j, 0, 1).batch_size)
         return out
 
     jobs = sweep.eval_jobs(config)

@@ -235,12 +235,12 @@ def test_labels_round_trip_exactly():
 def test_command_lines_are_quoted_word_lists():
     config = planned(BASE)
     job = sweep.EvalJob("smollm2-135m", "ruler-512", None, (("kvzap_mlp", "-6"),))
-    words = commands.evaluate_args(config, job, 0, 1)
+    spec = commands.evaluate_spec(config, job, 0, 1)
+    (cell,) = spec.cells
+    assert (cell.method, cell.value, spec.subsets) == ("kvzap_mlp", -6.0, ("512",))
+    assert cell.outs == {"512": "results/ci/smollm2-135m/eval/ruler-512/512/kvzap_mlp/-6"}  # unsplit: the cell itself
     import shlex
 
-    args = shlex.split(words)
-    assert args[args.index("--cells") + 1] == "kvzap_mlp=-6" and args[args.index("--subsets") + 1] == "512"
-    assert args[-1] == "results/ci/smollm2-135m/eval/ruler-512/512/kvzap_mlp/-6"  # unsplit: the cell itself
     config["models"]["smollm2-135m"]["revision"] = "it's $(x)"  # as if it had slipped past the checks
     assert shlex.split(commands.prepare_args(config, "smollm2-135m"))[-1] == "--revision=it's $(x)"
 

@@ -1,5 +1,7 @@
 """dtype auto: bfloat16 only where the machine multiplies it natively, float32 elsewhere; names pass through."""
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -76,13 +78,11 @@ def test_the_schema_offers_the_dtypes_the_jobs_accept():
     assert tuple(dtype["enum"]) == dtypes.CHOICES and dtype["default"] == "auto"
 
 
-def test_a_job_refuses_a_bad_dtype_by_name_and_records_the_resolved_one(cpu, capsys):
-    from kvzap.evaluation import job
+def test_a_job_refuses_a_bad_dtype_by_name_and_records_the_resolved_one(cpu):
+    from kvzap.evaluation.spec import CellSpec, JobError, JobSpec
 
-    argv = ["--model", "m.json", "--benchmark", "ruler", "--subsets", "256", "--cells", "full", "--out", "o"]
-    argv += ["--model-name", "m", "--bench-name", "r"]
-    with pytest.raises(SystemExit):
-        job.parse_args([*argv, "--dtype", "fp8"])
-    assert "invalid choice: 'fp8'" in capsys.readouterr().err
+    spec = JobSpec("m.json", "ruler", ("256",), (CellSpec("full", None, {"256": "o"}),), "m", "r")
+    with pytest.raises(JobError, match="dtype 'fp8': use one of"):
+        replace(spec, dtype="fp8")
     cpu("avx2", "AVX2")
-    assert job.parse_args(argv).dtype == "float32"
+    assert spec.dtype == "auto" and spec.resolved().dtype == "float32"

@@ -11,6 +11,7 @@ import torch
 import yaml
 
 from kvzap.evaluation import job, merge, methods, presses
+from kvzap.evaluation.spec import CellSpec, JobError, JobSpec
 from kvzap.report import aggregate, figures
 from kvzap.surrogate.model import Surrogate
 from tiny_models import tiny_model, tiny_tokenizer
@@ -30,38 +31,22 @@ def tiny_setup(tmp_path_factory):
     return root
 
 
-def _cell(root, out, method, value=None, subset="256", shard=(0, 1), extra=()):
-    argv = [
-        "--model",
-        str(root / "model.json"),
-        "--benchmark",
-        "ruler",
-        "--subsets",
-        subset,
-        "--tasks",
-        "niah_single_2",
-        "vt",
-        "--n-samples",
-        "2",
-        "--max-new-tokens",
-        "4",
-        "--cells",
-        method if value is None else f"{method}={value}",
-        "--surrogate-linear",
-        str(root / "linear"),
-        "--shard",
-        str(shard[0]),
-        "--n-shards",
-        str(shard[1]),
-        "--model-name",
-        "m",
-        "--bench-name",
-        f"ruler-{subset}",
-        "--out",
-        str(out),
-        *extra,
-    ]
-    return job.evaluate(job.parse_args(argv))[0]
+def _cell(root, out, method, value=None, subset="256", shard=(0, 1), **settings):
+    spec = JobSpec(
+        model=str(root / "model.json"),
+        benchmark="ruler",
+        subsets=(subset,),
+        cells=(CellSpec(method, value, {subset: str(out)}),),
+        model_name="m",
+        bench_name=f"ruler-{subset}",
+        tasks=("niah_single_2", "vt"),
+        n_samples=2,
+        max_new_tokens=4,
+        shard=shard[0],
+        n_shards=shard[1],
+        **{"surrogate_linear": (str(root / "linear"),), **settings},
+    )
+    return job.evaluate(spec)[0]
 
 
 def test_sharded_cell_merges_to_the_unsharded_one(tiny_setup, tmp_path):
@@ -114,36 +99,28 @@ def test_samples_past_the_models_positions_run_and_are_counted(tiny_setup, tmp_p
     they are, `truncate_middle` cuts their middle; either way the cell, its shards' merge and the table count them."""
     parts = [tmp_path / f"part{k}" for k in range(2)]
     for k, part in enumerate(parts):
-        _cell(tiny_setup, part, "full", subset="4096", shard=(k, 2), extra=["--long-samples", policy])
+        _cell(tiny_setup, part, "full", subset="4096", shard=(k, 2), long_samples=policy)
     metrics = merge.merge(parts, tmp_path / "cell")
     assert metrics["long_samples"]["policy"] == policy and metrics["long_samples"]["max_positions"] == 2048
     assert metrics["long_samples"]["count"] == 4 == metrics["n_samples"]
     assert metrics["long_samples"]["sample_ids"] == sorted(f"{t}-{i}" for t in ("niah_single_2", "vt") for i in (0, 1))
     assert pd.read_csv(tmp_path / "cell" / "predictions.csv")["past_positions"].all()
     assert aggregate.cell_row(tmp_path / "cell" / "metrics.json")["past_positions"] == 4
-    short = _cell(tiny_setup, tmp_path / "short", "full", extra=["--long-samples", policy])
+    short = _cell(tiny_setup, tmp_path / "short", "full", long_samples=policy)
     assert short["long_samples"]["count"] == 0
 
 
 def test_missing_surrogate_is_named(tiny_setup, tmp_path):
-    argv = [
-        "--model",
-        str(tiny_setup / "model.json"),
-        "--benchmark",
-        "ruler",
-        "--subsets",
-        "256",
-        "--model-name",
-        "m",
-        "--bench-name",
-        "r",
-        "--cells",
-        "kvzap_mlp=-4",
-        "--out",
-        str(tmp_path),
-    ]
-    with pytest.raises(SystemExit, match="mlp surrogate"):
-        job.evaluate(job.parse_args(argv))
+    spec = JobSpec(
+        model=str(tiny_setup / "model.json"),
+        benchmark="ruler",
+        subsets=("256",),
+        cells=(CellSpec("kvzap_mlp", -4, {"256": str(tmp_path)}),),
+        model_name="m",
+        bench_name="r",
+    )
+    with pytest.raises(JobError, match="mlp surrogate"):
+        job.evaluate(spec)
 
 
 def test_every_registered_method_builds():
@@ -224,15 +201,15 @@ def test_a_cell_with_several_surrogate_seeds_scores_their_mean(tiny_setup, tmp_p
         Surrogate(64, 2, 2).save_pretrained(folder)
         (folder / "metrics.json").write_text(json.dumps({"seed": seed}))
         folders.append(str(folder))
-    extra = ["--surrogate-linear", *folders]
-    whole = _cell(tiny_setup, tmp_path / "whole", "kvzap_linear", 0.0, extra=extra)
+    extra = {"surrogate_linear": tuple(folders)}
+    whole = _cell(tiny_setup, tmp_path / "whole", "kvzap_linear", 0.0, **extra)
     assert set(whole["seeds"]) == {"42", "43", "44"}
     assert whole["average"] == pytest.approx(sum(whole["seeds"].values()) / 3, abs=0.01)
     predictions = pd.read_csv(tmp_path / "whole" / "predictions.csv")
     assert sorted(predictions["seed"].unique()) == [42, 43, 44] and len(predictions) == 3 * whole["n_samples"]
     parts = [tmp_path / f"part{k}" for k in range(2)]
     for k, part in enumerate(parts):
-        _cell(tiny_setup, part, "kvzap_linear", 0.0, shard=(k, 2), extra=extra)
+        _cell(tiny_setup, part, "kvzap_linear", 0.0, shard=(k, 2), **extra)
     merged = merge.merge(parts, tmp_path / "merged")
     assert merged["seeds"] == whole["seeds"] and merged["average"] == pytest.approx(whole["average"])
     row = aggregate.cell_row(tmp_path / "merged" / "metrics.json")

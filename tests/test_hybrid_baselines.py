@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pandas as pd
@@ -24,6 +25,7 @@ from transformers.cache_utils import DynamicSlidingWindowLayer
 from kvzap import families
 from kvzap.evaluation import job, merge, presses, refusals, shared_prefill
 from kvzap.evaluation.prefill_cache import prefill_cache
+from kvzap.evaluation.spec import CellSpec, JobError, JobSpec, parse_cell
 from kvzap.introspection import attention_modules
 from kvzap.layer_types import pruned_layers, skipped_layers
 from kvzap.plan import errors, model_configs
@@ -169,7 +171,7 @@ def test_a_baseline_on_a_model_whose_layers_all_slide_is_refused_when_its_press_
 )
 def test_a_job_refuses_what_its_model_cannot_run(model_type, method, reason):
     refusal = f"cannot run on model m \\({model_type}\\): .*{reason}.*Fix: add {method} to models.m.skip_methods"
-    with pytest.raises(SystemExit, match=refusal):
+    with pytest.raises(JobError, match=refusal):
         job.check_family(_config(model_type), "m", ["full", method])
 
 
@@ -303,10 +305,9 @@ def test_metrics_json_records_the_kv_bytes_beside_the_ratio(tmp_path):
     record.write_text(json.dumps({"model_id": "tiny-gemma3", "path": str(tmp_path / "hf"), "revision": "r0"}))
 
     def run(cells, outs, shard=(0, 1)):
-        argv = ["--model", str(record), "--benchmark", "ruler", "--subsets", "256", "--tasks", "niah_single_2"]
-        argv += ["--n-samples", "2", "--max-new-tokens", "4", "--model-name", "m", "--bench-name", "r"]
-        argv += ["--shard", str(shard[0]), "--n-shards", str(shard[1]), "--cells", *cells, "--out", *map(str, outs)]
-        return job.evaluate(job.parse_args(argv))
+        cells = tuple(CellSpec(*parse_cell(c), {"256": str(out)}) for c, out in zip(cells, outs))
+        spec = JobSpec(str(record), "ruler", ("256",), cells, "m", "r", tasks=("niah_single_2",), n_samples=2)
+        return job.evaluate(replace(spec, max_new_tokens=4, shard=shard[0], n_shards=shard[1]))
 
     full, knorm = run(["full", "knorm=0.5"], [tmp_path / "full", tmp_path / "knorm"])
     (snapkv,) = run(["snapkv=0.5"], [tmp_path / "snapkv"])

@@ -53,7 +53,7 @@ def test_minus_inf_threshold_prunes_nothing(model, surrogate):
     pruned, cache = _teacher_forced(model, press, ids, 60)
     full, _ = _teacher_forced(model, None, ids, 60)
     assert press.compression_ratio == 0.0
-    assert cache.layers[1].length.tolist() == [ids.shape[1] - WINDOW] * SIZES["num_key_value_heads"]
+    assert cache.layers[1].rows.length.tolist() == [ids.shape[1] - WINDOW] * SIZES["num_key_value_heads"]
     assert torch.equal(pruned.argmax(-1), full.argmax(-1))
     assert (pruned - full).abs().max() <= 1e-5
 
@@ -134,7 +134,7 @@ def test_topk_per_head_and_per_layer_selection(surrogate):
 def test_topk_press_runs_with_a_window(model, surrogate):
     press = TopKPerHeadPress(scorer(surrogate), ratio=0.5, window=WINDOW)
     _, cache = _teacher_forced(model, press, random_tokens(116, seed=10), 116)
-    assert cache.layers[0].length.tolist() == [50, 50]
+    assert cache.layers[0].rows.length.tolist() == [50, 50]
     assert press.compression_ratio == pytest.approx(50 / 116)
 
 

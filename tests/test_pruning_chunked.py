@@ -35,7 +35,7 @@ def test_nothing_pruned_equals_one_forward(model, surrogate, chunk):
         chunked = model(ids, past_key_values=cache).logits
     assert (chunked - model(ids).logits).abs().max() <= 1e-4
     assert isinstance(cache.layers[0], PrunedLayer) and cache.get_seq_length() == 200
-    assert cache.layers[0].length.tolist() == [200 - WINDOW] * SIZES["num_key_value_heads"]
+    assert cache.layers[0].rows.length.tolist() == [200 - WINDOW] * SIZES["num_key_value_heads"]
 
 
 def test_eviction_equals_masking(model, surrogate):
@@ -152,7 +152,7 @@ def test_topk_press_keeps_its_share_of_each_chunk(surrogate):
     model, cache = pruning_model("llama"), DynamicCache()
     with press(model):
         model(random_tokens(166, seed=9), past_key_values=cache)
-    assert cache.layers[0].length.tolist() == [25 * 3] * 2  # chunks of 16, 50, 50, 50 leave 0, 50, 50, 50
+    assert cache.layers[0].rows.length.tolist() == [25 * 3] * 2  # chunks of 16, 50, 50, 50 leave 0, 50, 50, 50
 
 
 @pytest.mark.parametrize("chunk", [0, -8, True, 2.5, "64"])

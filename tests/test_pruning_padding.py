@@ -82,7 +82,7 @@ def _kept(layer: PrunedLayer, row: int, heads: int) -> list[torch.Tensor]:
     out = []
     for h in range(heads):
         r = row * heads + h
-        kept = packed.keys[packed.starts[r] : packed.starts[r] + packed.lengths[r]]
+        kept = packed.keys[packed.rows.starts[r] : packed.rows.starts[r] + packed.rows.lengths[r]]
         out.append(torch.cat([kept, layer.dense_keys[row, h, pads:]]))
     return out
 

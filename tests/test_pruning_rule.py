@@ -39,5 +39,5 @@ def test_hand_worked_threshold_and_window(evict):
         assert layer.removed[0].tolist() == [2, 5]
     assert press.head_ratio_table.tolist() == [[2 / 8, 5 / 8]] * 2
     if evict:  # physically gone: head 0 holds positions 0, 2, 4, head 1 none, plus the 3-token window
-        assert cache.layers[0].length.tolist() == [3, 0]
+        assert cache.layers[0].rows.length.tolist() == [3, 0]
         assert cache.layers[0].window_len == 3

@@ -60,8 +60,7 @@ def test_segment_attention_equals_a_per_row_loop(budget, kernel, mask, monkeypat
     spare = [torch.full((c - n, dim), math.nan) for n, c in zip(lengths, capacity)]  # never read
     keys = torch.cat([t for pair in zip(row_keys, spare) for t in pair])
     values = torch.cat([t for pair in zip(row_values, spare) for t in pair])
-    starts = [sum(capacity[:r]) for r in range(rows)]
-    packed = segments.Packed(keys, values, starts, lengths, torch.tensor(capacity), torch.tensor(lengths))
+    packed = segments.Packed(keys, values, segments.Rows.segments(torch.tensor(capacity), torch.tensor(lengths)))
     q = torch.randn(rows, group * new, dim, generator=gen)
     window_keys, window_values = torch.randn(2, rows, window, dim, generator=gen)
     causal = torch.ones(new, new, dtype=torch.bool).tril().repeat(group, 1)
@@ -84,7 +83,8 @@ def _random_packed(gen, lengths, spare, dim, lead=0):
     keys, values = (torch.full((lead + sum(capacity), dim), math.nan) for _ in range(2))
     for start, n in zip(starts, lengths):
         keys[start : start + n], values[start : start + n] = torch.randn(2, n, dim, generator=gen)
-    return segments.Packed(keys, values, starts, lengths, torch.tensor(capacity), torch.tensor(lengths))
+    rows = segments.Rows(torch.tensor(starts), torch.tensor(capacity), torch.tensor(lengths))
+    return segments.Packed(keys, values, rows)
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -218,7 +218,7 @@ def test_multi_token_forwards_over_a_pruned_cache_equal_masking(budget, monkeypa
         for evict in (True, False)
     }
     (evicted, cache), (masked, _) = runs[True], runs[False]
-    lengths = cache.layers[0].length
+    lengths = cache.layers[0].rows.length
     assert isinstance(cache.layers[0], PrunedLayer) and len(set(lengths.tolist())) > 1  # rows differ
     assert (evicted - masked).abs().max() <= 1e-4
 

@@ -98,6 +98,6 @@ def test_evaluation_flags_carry_revision_policy_and_departures():
     config["evaluation"]["long_samples"] = "truncate_middle"
     config["evaluation"]["departures"] = ["longbench_classification_fix"]
     model = next(iter(config["models"]))
-    args = commands.evaluate_args(config, EvalJob(model, bench, None, (("full", "none"),)), 0, 1)
-    assert "--revision v2.1" in args and "--long-samples truncate_middle" in args
-    assert "--departures longbench_classification_fix" in args
+    spec = commands.evaluate_spec(config, EvalJob(model, bench, None, (("full", "none"),)), 0, 1)
+    assert spec.revision == "v2.1" and spec.long_samples == "truncate_middle"
+    assert spec.departures == ("longbench_classification_fix",)

@@ -4,6 +4,7 @@ kvpress's pipeline, one press at a time, which stays the reference."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pandas as pd
 import pytest
@@ -12,6 +13,7 @@ from kvpress.presses.knorm_press import KnormPress
 from transformers import AutoConfig, AutoModelForCausalLM, DynamicCache
 
 from kvzap.evaluation import job, methods, presses, shared_prefill
+from kvzap.evaluation.spec import CellSpec, JobError, JobSpec, parse_cell
 from kvzap.pruning import KVzapPress
 from kvzap.pruning.cache import PrunedLayer
 from kvzap.surrogate.model import Surrogate
@@ -103,14 +105,15 @@ def test_a_group_job_writes_what_each_cell_alone_writes(tmp_path, setup):
     model_json.write_text(json.dumps({"model_id": "tiny", "path": str(tmp_path / "hf"), "revision": "r0"}))
     cells, subsets = ["full", "knorm=0.5", "streaming_llm=0.5"], ["256", "300"]
 
-    def run(cell_tokens, out_root, *extra):
-        outs = [str(out_root / c / s) for c in cell_tokens for s in subsets]
-        argv = ["--model", str(model_json), "--benchmark", "ruler", "--subsets", *subsets, "--tasks", "niah_single_2"]
-        argv += ["--n-samples", "3", "--max-new-tokens", "4", "--model-name", "m", "--bench-name", "r", "--cells"]
-        argv += [*cell_tokens, "--dtype", "float32"]  # byte equality: bf16 rounds a batch's rows differently
-        job.main(argv + ["--decode-batch", "2", *extra, "--out", *outs])
+    def run(cell_tokens, out_root, batch_size=1):
+        """The job as its rule runs it: its spec's JSON on the command line."""
+        cells = [CellSpec(*parse_cell(c), {s: str(out_root / c / s) for s in subsets}) for c in cell_tokens]
+        spec = JobSpec(str(model_json), "ruler", tuple(subsets), tuple(cells), "m", "r", tasks=("niah_single_2",))
+        # byte equality: bf16 rounds a batch's rows differently
+        spec = replace(spec, n_samples=3, max_new_tokens=4, dtype="float32", decode_batch=2, batch_size=batch_size)
+        job.main(["--spec", spec.to_json()])
 
-    run(cells, tmp_path / "group", "--batch-size", "4")  # 2 samples x 2 cells per decode
+    run(cells, tmp_path / "group", batch_size=4)  # 2 samples x 2 cells per decode
     for cell in cells:
         run([cell], tmp_path / "alone")
     for cell in cells:
@@ -120,26 +123,47 @@ def test_a_group_job_writes_what_each_cell_alone_writes(tmp_path, setup):
                 assert group.read_bytes() == alone.read_bytes(), (cell, subset, name)
 
 
+def _spec(tmp_path, cells, **settings) -> JobSpec:
+    cells = tuple(CellSpec(*parse_cell(c), {"256": str(tmp_path / str(i))}) for i, c in enumerate(cells))
+    return JobSpec(
+        **{"model": "m.json", "benchmark": "ruler", "subsets": ("256",), "cells": cells, **settings},
+        model_name="m",
+        bench_name="r",
+    )
+
+
 def test_a_group_refuses_a_method_with_its_own_prefill(tmp_path):
-    argv = ["--model", "m.json", "--benchmark", "ruler", "--subsets", "256", "--model-name", "m", "--bench-name", "r"]
-    args = job.parse_args(argv + ["--cells", "full", "kvzip=0.5", "--out", str(tmp_path / "a"), str(tmp_path / "b")])
-    with pytest.raises(SystemExit, match="Only methods that prune after attention share a job"):
-        job.evaluate(args)
+    with pytest.raises(JobError, match="Only methods that prune after attention share a job"):
+        job.evaluate(_spec(tmp_path, ["full", "kvzip=0.5"]))
 
 
 @pytest.mark.parametrize(
-    "extra, message",
+    "cells, settings, message",
     [
-        (["--cells", "kvzapp=1"], "unknown method 'kvzapp'"),
-        (["--cells", "knorm=half"], "'half' is not a number"),
-        (["--cells", "full", "knorm=0.5", "--decode-batch", "0"], "must be at least 1"),
+        (["kvzapp=1"], {}, "unknown method 'kvzapp'"),
+        (["knorm=half"], {}, "'half' is not a number"),
+        (["full", "knorm=0.5"], {"decode_batch": 0}, "decode_batch 0: must be a whole number of at least 1"),
+        (["full"], {"benchmark": "rulr"}, "benchmark 'rulr': unknown"),
+        (["full"], {"shard": 2, "n_shards": 2}, "shard 2: must be one of 0..1"),
     ],
 )
-def test_bad_cells_and_batches_are_refused_with_the_fix(tmp_path, extra, message):
-    argv = ["--model", "m.json", "--benchmark", "ruler", "--subsets", "256", "--model-name", "m", "--bench-name", "r"]
-    outs = [str(tmp_path / str(i)) for i in range(2)]
-    with pytest.raises(SystemExit, match=message):
-        job.evaluate(job.parse_args(argv + extra + ["--out", *outs]))
+def test_bad_cells_and_batches_are_refused_with_the_fix(tmp_path, cells, settings, message):
+    with pytest.raises(JobError, match=message):
+        _spec(tmp_path, cells, **settings)
+
+
+def test_a_spec_reads_back_what_it_wrote_and_refuses_what_it_does_not_know(tmp_path):
+    spec = _spec(tmp_path, ["full", "knorm=0.5"], tasks=("vt",), decode_batch=2)
+    assert JobSpec.read(spec.to_json()) == spec
+    (tmp_path / "spec.json").write_text(spec.to_json())
+    assert JobSpec.read(str(tmp_path / "spec.json")) == spec
+    raw = json.loads(spec.to_json())
+    with pytest.raises(JobError, match=r"unknown keys \['n_sample'\]"):
+        JobSpec.read(json.dumps({**raw, "n_sample": 3}))
+    with pytest.raises(JobError, match="no output folder for subsets \\['300'\\]"):
+        JobSpec.read(json.dumps({**raw, "subsets": ["256", "300"]}))
+    with pytest.raises(JobError, match="missing 1 required positional argument: 'model'"):
+        JobSpec.read(json.dumps({k: v for k, v in raw.items() if k != "model"}))
 
 
 def _hybrid_model(tok, window: int):
@@ -235,7 +259,7 @@ def test_a_padded_sliding_window_is_hidden_from_the_question():
     question = tok(" What is the number?").input_ids
 
     def logits(chosen: list) -> torch.Tensor:
-        groups = [(p, [shared_prefill.kept_rows(model, p, None)[0]]) for p in chosen]
+        groups = [(p, [shared_prefill.kept_rows(model, p, None)]) for p in chosen]
         cache = shared_prefill.batched_cache(groups, model.config.num_key_value_heads)
         lengths = [p.length for p in chosen]
         mask = shared_prefill._padding_mask(cache, lengths, model.device)

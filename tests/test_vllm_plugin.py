@@ -341,6 +341,10 @@ def test_settings_read_the_kvzap_section():
     settings = KVzapSettings.read({"kvzap": {"surrogate": "nvidia/KVzap-mlp-Qwen3-8B", "threshold": -4}})
     assert (settings.surrogate, settings.threshold, settings.window) == ("nvidia/KVzap-mlp-Qwen3-8B", -4.0, 128)
     assert KVzapSettings.read({"kvzap": {"surrogate": "s"}}).threshold == -math.inf
+    assert (
+        not settings.judge_chunks
+        and KVzapSettings.read({"kvzap": {"surrogate": "s", "judge_chunks": True}}).judge_chunks
+    )
 
 
 @pytest.mark.parametrize(
@@ -352,6 +356,7 @@ def test_settings_read_the_kvzap_section():
         ({"surrogate": "s", "threshold": float("nan")}, "a number (a log score)"),
         ({"surrogate": "s", "window": -1}, "an integer >= 0"),
         ({"surrogate": "s", "record_scores": "yes"}, "true or false"),
+        ({"surrogate": "s", "judge_chunks": 1}, '["judge_chunks"]: true or false'),
         ("s", "must be a mapping"),
     ],
 )

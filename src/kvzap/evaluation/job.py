@@ -20,15 +20,15 @@ from torch.nn.utils.rnn import pad_sequence
 from tqdm import tqdm
 from transformers import StoppingCriteria, StoppingCriteriaList, pipeline
 
-from kvzap import dtypes, families
+from kvzap import families
 from kvzap.atomic import atomic_write_json
 from kvzap.evaluation import long_samples, methods, presses, refusals
 from kvzap.evaluation.grouping import samples_per_decode
-from kvzap.evaluation.metrics import DEPARTURES
 from kvzap.evaluation.predictions import measured_means, seed_averages, write_predictions
 from kvzap.evaluation.prefill_cache import memory_after_prefill, prefill_cache
 from kvzap.evaluation.shared_prefill import run_greedy_shared
-from kvzap.evaluation.suites import BENCHMARKS, benchmark_module
+from kvzap.evaluation.spec import JobError, JobSpec
+from kvzap.evaluation.suites import benchmark_module
 from kvzap.prepare import models
 from kvzap.provenance import stamp
 from kvzap.pruning.windowed_press import WindowedPress
@@ -167,19 +167,6 @@ def run_sampling(
     return pd.DataFrame(out)
 
 
-def parse_cell(token: str) -> tuple[str, float | None]:
-    """METHOD or METHOD=VALUE (kvzap.plan.commands.cell_token) -> (method, value); a bad token stops with its fix."""
-    method, _, value = token.partition("=")
-    if method not in methods.METHODS:
-        raise SystemExit(f"--cells {token!r}: unknown method {method!r}. Fix: use one of {sorted(methods.METHODS)}.")
-    try:
-        return method, float(value) if value else None
-    except ValueError:
-        raise SystemExit(
-            f"--cells {token!r}: {value!r} is not a number. Fix: write METHOD=VALUE, e.g. knorm=0.5."
-        ) from None
-
-
 @dataclass
 class Loaded:
     """What a job sets up once and every subset reuses: its cells, their presses, the model and the benchmark."""
@@ -192,46 +179,36 @@ class Loaded:
     generation: dict | None  # the sampling benchmark's generation settings, with --rollouts applied
 
 
-def evaluate(args) -> list[dict]:
+def evaluate(spec: JobSpec) -> list[dict]:
     """Every cell and subset of one job (one cell, or a prefill group sharing one prefill per sample), the model
     loaded once.
 
     Outputs hold no timings, so that reruns and cluster runs reproduce them byte for byte."""
-    cells = [parse_cell(token) for token in args.cells]
-    if args.decode_batch is not None and args.decode_batch < 1:
-        raise SystemExit(f"--decode-batch {args.decode_batch}: must be at least 1 (cells decoded as one batch).")
-    if args.batch_size < 1:
-        raise SystemExit(f"--batch-size {args.batch_size}: must be at least 1 (rows generated as one batch).")
-    if len(cells) * len(args.subsets) != len(args.out):
-        raise SystemExit(
-            f"--out needs one folder per cell and subset, cell by cell: {len(cells)} x {len(args.subsets)}, "
-            f"got {len(args.out)}."
-        )
+    spec = spec.resolved()  # provenance records the dtype the job runs in
+    cells = [(cell.method, cell.value) for cell in spec.cells]
     infos = [presses.get(method) for method, _ in cells]
     if len(cells) > 1 and not all(info.shares_prefill for info in infos):
-        raise SystemExit(f"Only methods that prune after attention share a job; {args.cells} includes others.")
-    bench = benchmark_module(args.benchmark)
+        raise JobError(f"Only methods that prune after attention share a job; {[m for m, _ in cells]} includes others.")
+    bench = benchmark_module(spec.benchmark)
     generation = getattr(bench, "GENERATION", None)
-    if generation and args.rollouts:
-        generation = {**generation, "n_rollouts": args.rollouts}
-    surrogates = {"linear": args.surrogate_linear or [], "mlp": args.surrogate_mlp or []}
+    if generation and spec.rollouts:
+        generation = {**generation, "n_rollouts": spec.rollouts}
+    surrogates = spec.surrogate_folders()
     for (method, _), info in zip(cells, infos):
         if info.surrogate and not (surrogates[info.surrogate] and all(p.is_dir() for p in surrogates[info.surrogate])):
-            raise SystemExit(
-                f"Method {method} needs the {info.surrogate} surrogate folder (--surrogate-{info.surrogate}); "
+            raise JobError(
+                f"Method {method} needs the {info.surrogate} surrogate folder (surrogate_{info.surrogate}); "
                 "train it first."
             )
     attn = infos[0].attn_implementation if len(cells) == 1 else None  # a group decodes under "kvzap" attention
-    model, tokenizer = models.load(args.model, dtype=args.dtype, attn_implementation=attn)
-    check_family(model, args.model_name, [method for method, _ in cells])
+    model, tokenizer = models.load(spec.model, dtype=spec.dtype, attn_implementation=attn)
+    check_family(model, spec.model_name, [method for method, _ in cells])
     decoding = bool(generation and generation.get("decoding_compression"))
     built = [runs(method, value, info, surrogates, decoding) for (method, value), info in zip(cells, infos)]
     loaded = Loaded(cells, built, model, tokenizer, bench, generation)
-    folders = iter(args.out)
-    outs = [[next(folders) for _ in args.subsets] for _ in cells]  # cell by cell
     results = []
-    for i, subset in enumerate(args.subsets):
-        results += evaluate_subset(args, loaded, subset, [o[i] for o in outs])
+    for subset in spec.subsets:
+        results += evaluate_subset(spec, loaded, subset, [Path(cell.outs[subset]) for cell in spec.cells])
     return results
 
 
@@ -262,7 +239,7 @@ def check_family(model, name: str, cell_methods: list[str]) -> None:
     for method in cell_methods:
         reason = refusals.refusal(config, method)
         if reason:
-            raise SystemExit(
+            raise JobError(
                 f"{methods.label(method)} cannot run on model {name} ({model.config.model_type}): {reason}. "
                 f"Fix: add {method} to models.{name}.skip_methods."
             )
@@ -277,43 +254,40 @@ def shares_prefill(model, loaded: Loaded) -> bool:
     return several and after_attention and families.pruned_attention_reason(model.config.to_dict()) is None
 
 
-def evaluate_subset(args, loaded: Loaded, subset: str, outs: list[Path]) -> list[dict]:
-    torch.manual_seed(args.seed)
-    options = {"tasks": args.tasks} if args.tasks else {}
+def evaluate_subset(spec: JobSpec, loaded: Loaded, subset: str, outs: list[Path]) -> list[dict]:
+    torch.manual_seed(spec.seed)
+    options = {"tasks": list(spec.tasks)} if spec.tasks else {}
     rows = loaded.bench.load(
-        args.source, subset, loaded.tokenizer, args.n_samples, args.seed, revision=args.revision, **options
+        spec.source, subset, loaded.tokenizer, spec.n_samples, spec.seed, revision=spec.revision, **options
     )
     read = rows.attrs.get("revision")
-    rows = rows.iloc[args.shard :: args.n_shards].reset_index(drop=True)  # this job's share of a long cell
+    rows = rows.iloc[spec.shard :: spec.n_shards].reset_index(drop=True)  # this job's share of a long cell
     if rows.empty:
-        raise SystemExit(
-            f"Shard {args.shard} of {args.n_shards} of {args.benchmark}/{subset} holds no rows: "
+        raise JobError(
+            f"Shard {spec.shard} of {spec.n_shards} of {spec.benchmark}/{subset} holds no rows: "
             "use fewer shards than rows (evaluation.benchmarks.<name>.shards)."
         )
-    if args.max_new_tokens:
-        rows["max_new_tokens"] = rows["max_new_tokens"].clip(upper=args.max_new_tokens)
-    rows = long_samples.apply(rows, loaded.tokenizer, max_positions(loaded.model), args.long_samples)
+    if spec.max_new_tokens:
+        rows["max_new_tokens"] = rows["max_new_tokens"].clip(upper=spec.max_new_tokens)
+    rows = long_samples.apply(rows, loaded.tokenizer, max_positions(loaded.model), spec.long_samples)
 
     sampled = bool(loaded.generation and loaded.generation.get("do_sample"))
     flat = [press for cell in loaded.built for _, press in cell]
     if shares_prefill(loaded.model, loaded) and not sampled:
-        decode_batch = args.decode_batch or len(flat)
-        samples = samples_per_decode(args.batch_size, decode_batch, len(flat))
+        decode_batch = spec.decode_batch or len(flat)
+        samples = samples_per_decode(spec.batch_size, decode_batch, len(flat))
         answers = iter(run_greedy_shared(loaded.model, loaded.tokenizer, rows, flat, decode_batch, samples))
     elif sampled:
         model, tokenizer, generation = loaded.model, loaded.tokenizer, loaded.generation
         answers = iter(
-            run_sampling(model, tokenizer, rows, press, generation, args.seed, args.batch_size) for press in flat
+            run_sampling(model, tokenizer, rows, press, generation, spec.seed, spec.batch_size) for press in flat
         )
     else:
         answers = iter(run_greedy(loaded.model, loaded.tokenizer, rows, press) for press in flat)
     outputs = [with_seeds([(seed, next(answers)) for seed, _ in cell]) for cell in loaded.built]
-    # how rows were batched changes no greedy output (a sampled batch is seeded by its first row: that stays)
-    layout = ("subsets", "out", "cells", "decode_batch") + (() if sampled else ("batch_size",))
-    common = {k: v for k, v in vars(args).items() if k not in layout}
-    common["dataset_revision"] = read
+    common = spec.params(sampled) | {"dataset_revision": read}
     return [
-        write_cell(args, loaded, rows, output, subset, cell, out, common)
+        write_cell(spec, loaded, rows, output, subset, cell, out, common)
         for cell, output, out in zip(loaded.cells, outputs, outs)
     ]
 
@@ -325,30 +299,30 @@ def max_positions(model) -> int:
 
 
 def write_cell(
-    args, loaded: Loaded, rows, outputs, subset: str, cell: tuple[str, float | None], out: Path, common: dict
+    spec: JobSpec, loaded: Loaded, rows, outputs, subset: str, cell: tuple[str, float | None], out: Path, common: dict
 ) -> dict:
     """One cell's predictions.csv and metrics.json; its provenance names its own method and value, as a job of
     this cell alone would, and the dataset revision read."""
     method, value = cell
     predictions = rows.drop(columns=["context"]).merge(outputs, on="sample_id")
-    score = lambda rows: loaded.bench.score(rows, frozenset(args.departures))  # noqa: E731
+    score = lambda rows: loaded.bench.score(rows, frozenset(spec.departures))  # noqa: E731
     # a split cell is scored once, by its merge
-    metrics = {**score(predictions), "seeds": seed_averages(score, predictions)} if args.n_shards == 1 else {}
-    params = common | {"method": method, "value": value, "subset": subset, "model": str(args.model)}
+    metrics = {**score(predictions), "seeds": seed_averages(score, predictions)} if spec.n_shards == 1 else {}
+    params = common | {"method": method, "value": value, "subset": subset, "model": spec.model}
     metrics.update(
         {
             **measured_means(predictions),
             "n_samples": int(rows.shape[0]),
-            "long_samples": long_samples.summary(predictions, args.long_samples, max_positions(loaded.model)),
-            "model": args.model_name,
-            "bench": args.bench_name,
-            "benchmark": args.benchmark,
+            "long_samples": long_samples.summary(predictions, spec.long_samples, max_positions(loaded.model)),
+            "model": spec.model_name,
+            "bench": spec.bench_name,
+            "benchmark": spec.benchmark,
             "subset": subset,
             "method": method,
             "value": value,
-            "shard": args.shard,
-            "n_shards": args.n_shards,
-            "provenance": stamp(params, models.read_record(args.model), args.seed),
+            "shard": spec.shard,
+            "n_shards": spec.n_shards,
+            "provenance": stamp(params, models.read_record(spec.model), spec.seed),
         }
     )
     metrics["json_columns"] = write_predictions(predictions, out / "predictions.csv")
@@ -356,67 +330,17 @@ def write_cell(
     return metrics
 
 
-def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", type=Path, required=True, help="model.json written by kvzap.prepare.models")
-    parser.add_argument("--benchmark", required=True, choices=list(BENCHMARKS))
-    parser.add_argument("--source", default="offline", help="hub, offline or local:<folder>")
-    parser.add_argument("--subsets", nargs="+", required=True, help="RULER context lengths, LongBench tasks, aime25")
-    parser.add_argument("--tasks", nargs="*", default=None, help="RULER tasks (default: all available)")
-    parser.add_argument("--revision", default=None, help="the Hub dataset's revision (default: its main branch)")
-    parser.add_argument(
-        "--long-samples",
-        choices=list(long_samples.POLICIES),
-        default="run",
-        help="samples past the model's positions: run (kvpress, the paper) or truncate_middle (THUDM, a deviation)",
-    )
-    parser.add_argument(
-        "--departures",
-        nargs="*",
-        choices=list(DEPARTURES),
-        default=[],
-        help="deliberate departures from kvpress's scoring (kvzap.evaluation.metrics.DEPARTURES)",
-    )
-    parser.add_argument(
-        "--cells", nargs="+", required=True, help="METHOD or METHOD=VALUE (threshold or ratio), one per cell"
-    )
-    parser.add_argument(
-        "--decode-batch", type=int, default=None, help="cells of a prefill group decoded as one batch (default: all)"
-    )
-    parser.add_argument(
-        "--batch-size",
-        type=int,
-        default=1,
-        help="rows generated as one batch: a sampling benchmark's rollouts, or a prefill group's samples x the cells "
-        "decoded together (default: 1)",
-    )
-    parser.add_argument(
-        "--surrogate-linear", type=Path, nargs="+", default=None, help="a surrogate folder per training seed"
-    )
-    parser.add_argument("--surrogate-mlp", type=Path, nargs="+", default=None, help="a surrogate folder per seed")
-    parser.add_argument("--n-samples", type=int, default=None, help="per task (default: all)")
-    parser.add_argument("--max-new-tokens", type=int, default=None, help="cap on the benchmark's lengths")
-    parser.add_argument("--rollouts", type=int, default=None, help="sampling benchmarks: rollouts per problem")
-    parser.add_argument("--dtype", choices=dtypes.CHOICES, default="auto", help="auto: the fastest exact one here")
-    parser.add_argument("--seed", type=int, default=42)
-    parser.add_argument("--shard", type=int, default=0, help="this job evaluates rows shard, shard + n, ...")
-    parser.add_argument("--n-shards", type=int, default=1)
-    parser.add_argument(
-        "--out",
-        type=Path,
-        nargs="+",
-        required=True,
-        help="one cell (or shard) folder per cell and subset, cell by cell",
-    )
-    parser.add_argument("--model-name", required=True, help="the model's name in the config (recorded in metrics.json)")
-    parser.add_argument("--bench-name", required=True, help="the benchmark entry's name in the config (recorded)")
-    args = parser.parse_args(argv)
-    args.dtype = dtypes.resolve(args.dtype)  # provenance records the dtype the job runs in
-    return args
-
-
 def main(argv=None) -> None:
-    for metrics in evaluate(parse_args(argv)):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--spec", required=True, help="the job's spec (kvzap.evaluation.spec.JobSpec) as JSON, or a file holding it"
+    )
+    args = parser.parse_args(argv)
+    try:
+        results = evaluate(JobSpec.read(args.spec))
+    except JobError as err:
+        raise SystemExit(str(err)) from None
+    for metrics in results:
         print(
             json.dumps(
                 {k: metrics.get(k) for k in ("benchmark", "subset", "method", "value", "average", "compression_ratio")}

@@ -3,7 +3,8 @@
 A press that prunes after each attention op changes only what later tokens see, so the prefill of a context (every
 layer's attention input, keys and values) is the same for the full cache, every KVzap threshold, the top-k presses
 and every kvpress scorer baseline at every ratio. This module runs that prefill once (`record`), lets each cell's
-press choose its kept entries from it by calling the press's own hook on the recorded layer (`kept_rows`), and
+press choose its kept entries from it by calling the press's own hook on the recorded layer (`kept_rows`, a
+`KeptCell` of `KeptLayer`s), and
 decodes the question and answer of all cells as one batch whose row i holds cell i's kept entries
 (`PrunedLayer.from_rows`). Several samples can decode together (rows: samples x cells): a shorter context counts
 as left padding that no pruned layer stores, each row reads its question at its own positions, and questions of
@@ -55,10 +56,31 @@ class Prefill:
         return sum(k.nbytes + v.nbytes for k, v in zip(self.keys, self.values))
 
 
-def kept_bytes(rows: list, prefill: Prefill) -> int:
-    """The KV bytes one cell keeps: its rows of the full-attention layers, and the sliding layers' windows."""
-    windows = sum(prefill.keys[i].nbytes + prefill.values[i].nbytes for i in prefill.sliding)
-    return windows + sum(row.nbytes for layer in rows if layer is not None for part in layer for row in part)
+@dataclass
+class KeptLayer:
+    """What one cell keeps of one full-attention layer: each kv-head's kept (n_h, D) keys and values."""
+
+    keys: list[torch.Tensor]
+    values: list[torch.Tensor]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.nbytes for part in (self.keys, self.values) for t in part)
+
+
+@dataclass
+class KeptCell:
+    """What one cell (one press) keeps of one prefill: a layer per full-attention layer (None for a sliding layer,
+    which no press prunes, and which every cell shares), and the cell's compression ratio as the per-cell path reads
+    it (0 for the full cache)."""
+
+    layers: list[KeptLayer | None]
+    ratio: float
+
+    def kv_bytes(self, prefill: Prefill) -> int:
+        """The KV bytes the cell keeps: its full-attention layers' rows, and the sliding layers' windows."""
+        windows = sum(prefill.keys[i].nbytes + prefill.values[i].nbytes for i in prefill.sliding)
+        return windows + sum(layer.nbytes for layer in self.layers if layer is not None)
 
 
 @torch.no_grad()
@@ -88,14 +110,14 @@ def _dense_layer(keys: torch.Tensor, values: torch.Tensor) -> DynamicLayer:
     return layer
 
 
-def _rows(layer, module) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    """The kept (n_h, D) keys and values of each kv-head of a one-sample layer after its press's hook."""
+def _kept_layer(layer, module) -> KeptLayer:
+    """The kept keys and values of each kv-head of a one-sample layer after its press's hook."""
     if isinstance(layer, PrunedLayer):  # ours: packed kept tokens, then the window (kept: answers are not judged)
         packed, window_k, window_v = layer.packed(), layer.dense_keys[0], layer.dense_values[0]
-        rows = [(s, s + n) for s, n in zip(packed.starts, packed.lengths)]
+        rows = [(s, s + n) for s, n in zip(packed.rows.starts, packed.rows.lengths)]
         keys = [torch.cat([packed.keys[a:b], window_k[h]]) for h, (a, b) in enumerate(rows)]
         values = [torch.cat([packed.values[a:b], window_v[h]]) for h, (a, b) in enumerate(rows)]
-        return keys, values
+        return KeptLayer(keys, values)
     if isinstance(layer, JudgedLayer):
         raise TypeError(f"{type(layer).__name__} keeps every entry dense: share prefills with evict=True presses")
     keys, values = layer.keys[0], layer.values[0]  # (H, n, D): a kvpress press gathered the kept entries
@@ -105,36 +127,44 @@ def _rows(layer, module) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         _, heads, positions = masked
         keep[heads, positions] = False
         module.masked_key_indices = None
-    return [k[m] for k, m in zip(keys, keep)], [v[m] for v, m in zip(values, keep)]
+    return KeptLayer([k[m] for k, m in zip(keys, keep)], [v[m] for v, m in zip(values, keep)])
+
+
+def _run_hook(press, module, kwargs: dict, cache: DynamicCache) -> None:
+    """The one seam to a press: its forward hook, called as its `with press(model)` block would after the module's
+    attention, on the recorded inputs (kvpress's presses, and ours, read only the keyword arguments and the cache).
+    A kvpress press that masks (AdaKV, DuoAttention) leaves its verdict on the module, reset here first."""
+    module.masked_key_indices = None
+    press.forward_hook(module, (), {**kwargs, "past_key_values": cache}, (None, None))
 
 
 @torch.no_grad()
-def kept_rows(model, prefill: Prefill, press) -> tuple[list, float]:
-    """Per layer, the kept rows of one cell (its press's hook run on the recorded prefill; None for a sliding
-    layer, which no press prunes), and the cell's compression ratio as the per-cell path reads it (0 for the full
-    cache)."""
+def kept_rows(model, prefill: Prefill, press) -> KeptCell:
+    """What one cell keeps: its press's hook run on the recorded prefill, layer by layer."""
     modules = attention_modules(model)
     if press is None:
-        return [
-            None if i in prefill.sliding else (list(k[0]), list(v[0]))
-            for i, (k, v) in enumerate(zip(prefill.keys, prefill.values))
-        ], 0.0
+        return KeptCell(
+            [
+                None if i in prefill.sliding else KeptLayer(list(k[0]), list(v[0]))
+                for i, (k, v) in enumerate(zip(prefill.keys, prefill.values))
+            ],
+            0.0,
+        )
     cache = DynamicCache()
     cache.layers = [_dense_layer(k, v) for k, v in zip(prefill.keys, prefill.values)]
-    rows = []
+    layers = []
     with press(model):
         for module, kwargs in zip(modules, prefill.kwargs):
             if module.layer_idx in prefill.sliding:
-                rows.append(None)
+                layers.append(None)
                 continue
-            module.masked_key_indices = None
-            press.forward_hook(module, (), {**kwargs, "past_key_values": cache}, (None, None))
-            rows.append(_rows(cache.layers[module.layer_idx], module))
+            _run_hook(press, module, kwargs, cache)
+            layers.append(_kept_layer(cache.layers[module.layer_idx], module))
             cache.layers[module.layer_idx] = None  # freed as soon as its rows are taken
-    return rows, float(press.compression_ratio)
+    return KeptCell(layers, float(press.compression_ratio))
 
 
-def batched_cache(groups: list[tuple[Prefill, list[list]]], heads: int) -> DynamicCache:
+def batched_cache(groups: list[tuple[Prefill, list[KeptCell]]], heads: int) -> DynamicCache:
     """One cache holding, prefill by prefill, a batch row per cell with that cell's kept entries, layer by layer (a
     sliding layer: the prefill's bounded layer, repeated for its cells). Prefills shorter than the longest are
     left-padded to it: in a pruned layer the padding is counted, never stored; in a sliding layer it is zeros that
@@ -146,8 +176,8 @@ def batched_cache(groups: list[tuple[Prefill, list[list]]], heads: int) -> Dynam
         _stacked([(prefill.sliding[layer], len(cells)) for prefill, cells in groups], length)
         if layer in groups[0][0].sliding
         else PrunedLayer.from_rows(
-            [k for _, cells in groups for cell in cells for k in cell[layer][0]],
-            [v for _, cells in groups for cell in cells for v in cell[layer][1]],
+            [k for _, cells in groups for cell in cells for k in cell.layers[layer].keys],
+            [v for _, cells in groups for cell in cells for v in cell.layers[layer].values],
             heads,
             length,
             pads,
@@ -240,6 +270,8 @@ def run_greedy_shared(
     for name, value in (("decode_batch", decode_batch), ("samples", samples)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be a whole number of at least 1 (rows of one decode), got {value!r}")
+    if rows["sample_id"].duplicated().any():  # answers are keyed by (sample, cell)
+        raise ValueError(f"sample ids repeat: {sorted(rows['sample_id'][rows['sample_id'].duplicated()].unique())}")
     pipe = pipeline("kv-press-text-generation", model=model, tokenizer=tokenizer, device=model.device)
     use_kvzap_attention(model)  # the batched cache is read by the "kvzap" attention
     heads = model.config.num_key_value_heads
@@ -250,24 +282,31 @@ def run_greedy_shared(
         prompts = [pipeline_prompt(pipe, row, model.device) for row in batch]
         prefills = [record(model, context_ids) for context_ids, _ in prompts]
         for first in range(0, len(presses), decode_batch):
-            chunk = presses[first : first + decode_batch]
-            chosen = [[kept_rows(model, prefill, press) for press in chunk] for prefill in prefills]
-            cache = batched_cache([(p, [kept for kept, _ in cells]) for p, cells in zip(prefills, chosen)], heads)
-            answers = iter(
-                decode(
-                    model,
-                    cache,
-                    [question for _, question in prompts for _ in chunk],
-                    [prefill.length for prefill in prefills for _ in chunk],
-                    [int(row.max_new_tokens) for row in batch for _ in chunk],
+            cells = list(range(first, min(first + decode_batch, len(presses))))
+            chosen = {
+                (row.sample_id, c): kept_rows(model, p, presses[c]) for row, p in zip(batch, prefills) for c in cells
+            }
+            groups = [(p, [chosen[row.sample_id, c] for c in cells]) for row, p in zip(batch, prefills)]
+            order = [(row.sample_id, c) for row in batch for c in cells]  # the decode's rows: samples x cells
+            answers = dict(
+                zip(
+                    order,
+                    decode(
+                        model,
+                        batched_cache(groups, heads),
+                        [question for _, question in prompts for _ in cells],
+                        [prefill.length for prefill in prefills for _ in cells],
+                        [int(row.max_new_tokens) for row in batch for _ in cells],
+                    ),
                 )
             )
-            for row, prefill, cells in zip(batch, prefills, chosen):
-                for i, (kept, ratio) in enumerate(cells):
-                    text = tokenizer.decode(next(answers), skip_special_tokens=True)
-                    memory = {"kv_bytes": kept_bytes(kept, prefill), "full_kv_bytes": prefill.nbytes}
-                    out[first + i].append(
-                        {"sample_id": row.sample_id, "prediction": text, "compression_ratio": ratio, **memory}
+            for row, prefill in zip(batch, prefills):
+                for c in cells:
+                    kept = chosen[row.sample_id, c]
+                    text = tokenizer.decode(answers[row.sample_id, c], skip_special_tokens=True)
+                    memory = {"kv_bytes": kept.kv_bytes(prefill), "full_kv_bytes": prefill.nbytes}
+                    out[c].append(
+                        {"sample_id": row.sample_id, "prediction": text, "compression_ratio": kept.ratio, **memory}
                     )
         progress.update(len(batch))
     progress.close()

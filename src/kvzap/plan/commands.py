@@ -7,6 +7,7 @@ import json
 import shlex
 
 from kvzap.evaluation import methods
+from kvzap.evaluation.spec import CellSpec, JobSpec
 from kvzap.plan import paths
 from kvzap.plan.sweep import Cell, EvalJob, cells
 from kvzap.surrogate.settings import KINDS, TRAINING_KEYS
@@ -99,43 +100,48 @@ def prepare_args(config: dict, model: str) -> str:
     return shlex.join(["--model-id", spec["id"], f"--revision={spec.get('revision') or ''}"])
 
 
-def cell_token(method: str, value: str) -> str:
-    """A cell on the job's command line: METHOD, or METHOD=VALUE (kvzap.evaluation.job parses it back)."""
-    return method if value == "none" else f"{method}={value}"
-
-
-def evaluate_args(config: dict, job: EvalJob, shard: int, n_shards: int) -> str:
-    """Flags of one evaluation job: its cells (one, or a prefill group) over every subset of its entry, one shard."""
+def evaluate_spec(config: dict, job: EvalJob, shard: int, n_shards: int) -> JobSpec:
+    """One evaluation job: its cells (one, or a prefill group) over every subset of its entry, one shard, each
+    (cell, subset) writing to its folder (paths.shard_dir)."""
     bench = config["evaluation"]["benchmarks"][job.bench]
-    results = config["results"]
-    args = [
-        "--benchmark",
-        bench["benchmark"],
-        "--source",
-        bench["source"],
-        "--dtype",
-        config["models"][job.model]["dtype"],
+    results, evaluation = config["results"], config["evaluation"]
+    kinds = {methods.METHODS[m].surrogate for m, _ in job.cells} - {None}
+    batch_size = evaluation["batch_size"].get(job.model, 1)
+    batches = (job.group is not None or bench["benchmark"] == "aime25") and batch_size > 1
+    cells = [
+        CellSpec(
+            method,
+            None if value == "none" else float(value),
+            {
+                s: paths.shard_dir(results, Cell(job.model, job.bench, s, method, value), shard, n_shards)
+                for s in bench["subsets"]
+            },
+        )
+        for method, value in job.cells
     ]
-    args += ["--seed", str(config["seed"]), "--shard", str(shard), "--n-shards", str(n_shards)]
-    args += ["--revision", bench["revision"]] if bench.get("revision") else []
-    args += ["--long-samples", config["evaluation"]["long_samples"]]
-    args += ["--departures", *config["evaluation"]["departures"]] if config["evaluation"]["departures"] else []
-    args += ["--model-name", job.model, "--bench-name", job.bench, "--cells", *(cell_token(*c) for c in job.cells)]
-    for kind in sorted({methods.METHODS[m].surrogate for m, _ in job.cells} - {None}):
-        args += [f"--surrogate-{kind}", *surrogate_dirs(config, job.model, kind)]
-    if job.group is not None:
-        args += ["--decode-batch", str(config["evaluation"]["decode_batch"])]
-    batch_size = config["evaluation"]["batch_size"].get(job.model, 1)
-    if (job.group is not None or bench["benchmark"] == "aime25") and batch_size > 1:
-        args += ["--batch-size", str(batch_size)]
-    if bench.get("tasks"):
-        args += ["--tasks", *bench["tasks"]]
-    for key in ("n_samples", "max_new_tokens", "rollouts"):
-        if bench.get(key):
-            args += [f"--{key.replace('_', '-')}", str(bench[key])]
-    args += ["--subsets", *bench["subsets"], "--out"]
-    cells = [Cell(job.model, job.bench, s, m, v) for m, v in job.cells for s in bench["subsets"]]
-    return shlex.join(args + [paths.shard_dir(results, cell, shard, n_shards) for cell in cells])
+    return JobSpec(
+        model=paths.model_json(results, job.model),
+        benchmark=bench["benchmark"],
+        subsets=tuple(bench["subsets"]),
+        cells=tuple(cells),
+        model_name=job.model,
+        bench_name=job.bench,
+        source=bench["source"],
+        tasks=tuple(bench["tasks"]) if bench.get("tasks") else None,
+        revision=bench.get("revision") or None,
+        long_samples=evaluation["long_samples"],
+        departures=tuple(evaluation["departures"]),
+        **{f"surrogate_{kind}": tuple(surrogate_dirs(config, job.model, kind)) for kind in sorted(kinds)},
+        n_samples=bench.get("n_samples") or None,
+        max_new_tokens=bench.get("max_new_tokens") or None,
+        rollouts=bench.get("rollouts") or None,
+        decode_batch=evaluation["decode_batch"] if job.group is not None else None,
+        batch_size=batch_size if batches else 1,
+        dtype=config["models"][job.model]["dtype"],
+        seed=config["seed"],
+        shard=shard,
+        n_shards=n_shards,
+    )
 
 
 def resource(config: dict, model: str, stage: str, key: str, attempt: int = 1):

@@ -20,7 +20,7 @@ import math
 import torch
 from transformers.cache_utils import CacheLayerMixin
 
-from kvzap.pruning.segments import Packed, segment_attention
+from kvzap.pruning.segments import Packed, Rows, segment_attention
 from kvzap.pruning.sliding import SlidingBuffer
 
 # Spare slots a packed row gets when it grows again (decoding): a share of what it keeps (at least MIN_ROW_SLACK),
@@ -335,11 +335,8 @@ class PrunedLayer(JudgedLayer):
         batch, heads, _, dim = keys.shape
         n_rows, self.removed_shape = batch * heads, (batch, heads)
         self.packed_keys, self.packed_values = keys.new_empty(0, dim), values.new_empty(0, dim)  # (slots, D)
-        self.start, self.capacity, self.length = (
-            torch.zeros(n_rows, dtype=torch.long, device=keys.device) for _ in range(3)
-        )  # (B * H,) each
-        # start, capacity and length as lists too (set when they change: no device read per step)
-        self.starts, self.capacities, self.lengths = [0] * n_rows, [0] * n_rows, [0] * n_rows
+        none = torch.zeros(n_rows, dtype=torch.long, device=keys.device)
+        self.rows = Rows(none, none, none)  # each row's segment of packed_keys/values
 
     @classmethod
     def from_rows(
@@ -352,28 +349,26 @@ class PrunedLayer(JudgedLayer):
         empty = keys[0].new_empty(batch, heads, 0, dim)
         layer = cls(empty, empty.clone(), pads)
         lengths = torch.tensor([k.shape[0] for k in keys], device=layer.device)
-        layer._repack(lengths)
+        layer.rows = Rows.segments(lengths, lengths)
         layer.packed_keys, layer.packed_values = torch.cat(keys), torch.cat(values)
-        layer.length, layer.lengths = lengths, lengths.tolist()
         layer.seen = seen
         return layer
 
     def _settle(self, n, keep):
-        if n == 1 and all(used < room for used, room in zip(self.lengths, self.capacities)):
+        if n == 1 and all(used < room for used, room in zip(self.rows.lengths, self.rows.capacities)):
             self._settle_one(keep.reshape(-1))
             return
         batch, heads = keep.shape[:2]
-        needed = self.length + keep.sum(-1).flatten()  # (B * H,)
-        lengths = needed.tolist()
-        if any(n > c for n, c in zip(lengths, self.capacities)):
+        needed = self.rows.length + keep.sum(-1).flatten()  # (B * H,)
+        if any(n > c for n, c in zip(needed.tolist(), self.rows.capacities)):
             # Re-pack: the prefill's verdict fits exactly, later growth gets spare slots.
             self._repack(needed + (_spare(needed) if self.packed_keys.shape[0] else 0))
         # The i-th kept token of row r goes to slot start[r] + length[r] + i.
-        first_free = (self.start + self.length).view(batch, heads, 1)
+        first_free = (self.rows.start + self.rows.length).view(batch, heads, 1)
         slots = (first_free + keep.cumsum(-1) - 1)[keep]
         self.packed_keys[slots] = self.dense_keys[:, :, :n][keep]
         self.packed_values[slots] = self.dense_values[:, :, :n][keep]
-        self.length, self.lengths = needed, lengths
+        self.rows = self.rows.with_length(needed)
         self._keys.drop_front(n)
         self._values.drop_front(n)
 
@@ -382,34 +377,30 @@ class PrunedLayer(JudgedLayer):
         every row writes it into its first free slot, and only the kept ones count it (length); a dropped
         one stays behind in the spare slot, which the row's next leaving token overwrites."""
         rows = keep.shape[0]
-        slots = self.start + self.length
+        slots = self.rows.start + self.rows.length
         self.packed_keys.index_copy_(0, slots, self.dense_keys[:, :, 0].reshape(rows, -1))
         self.packed_values.index_copy_(0, slots, self.dense_values[:, :, 0].reshape(rows, -1))
-        self.length = self.length + keep
-        self.lengths = self.length.tolist()
+        self.rows = self.rows.with_length(self.rows.length + keep)
         self._keys.drop_front(1)
         self._values.drop_front(1)
 
     def _repack(self, capacity: torch.Tensor) -> None:
         """Give row r `capacity[r]` slots; its used slots move to the head of its new segment, in order (one
         slice copy per row: a row's used slots are contiguous, so no per-slot index is needed)."""
-        start = capacity.cumsum(0) - capacity
-        starts = start.tolist()
+        rows = Rows.segments(capacity, self.rows.length)
         keys = self.packed_keys.new_empty(int(capacity.sum()), self.packed_keys.shape[1])
         values = torch.empty_like(keys)
-        for new, old, n in zip(starts, self.starts, self.lengths):
+        for new, old, n in zip(rows.starts, self.rows.starts, self.rows.lengths):
             keys[new : new + n], values[new : new + n] = (
                 self.packed_keys[old : old + n],
                 self.packed_values[old : old + n],
             )
-        self.packed_keys, self.packed_values = keys, values
-        self.start, self.capacity = start, capacity
-        self.starts, self.capacities = starts, capacity.tolist()
+        self.packed_keys, self.packed_values, self.rows = keys, values, rows
 
     @property
     def removed(self) -> torch.Tensor:
         judged = self.seen - self.window_len  # the same for every row, padding included
-        return judged - self.padding_judged() - self.length.view(self.removed_shape)
+        return judged - self.padding_judged() - self.rows.length.view(self.removed_shape)
 
     def score_budget(self) -> int:
         """Elements of one float32 score chunk: a quarter of the kept keys' elements (floor MIN_SCORE_CHUNK),
@@ -417,7 +408,7 @@ class PrunedLayer(JudgedLayer):
         return max(self.packed_keys.numel() // 4, MIN_SCORE_CHUNK)
 
     def packed(self) -> Packed:
-        return Packed(self.packed_keys, self.packed_values, self.starts, self.lengths, self.capacity, self.length)
+        return Packed(self.packed_keys, self.packed_values, self.rows)
 
     def _attend(self, q, new_mask, scaling, padded):
         batch, heads, queries, dim = q.shape

@@ -1,6 +1,6 @@
 """Segment ("varlen") attention over a packed cache: each (batch, kv-head) row is its own key sequence.
 
-Row r's keys are its used slots `keys[starts[r] : starts[r] + lengths[r]]` followed by its dense window; its
+Row r's keys are its used slots `keys[starts[r] : starts[r] + lengths[r]]` (`Rows`) followed by its dense window; its
 G * T queries (a GQA group's heads over the T new tokens) see only those, so work and transient memory follow
 the kept cache. Four implementations, each exact against the masking reference:
 - `_varlen` (CUDA, half precision): two calls of PyTorch's flash varlen kernel for all rows at once, one over
@@ -22,6 +22,8 @@ from __future__ import annotations
 import math
 import warnings
 from contextlib import contextmanager
+from copy import copy
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import torch
@@ -34,17 +36,43 @@ except ImportError:  # an older torch: the row paths serve CUDA too
 VARLEN_DTYPES = (torch.float16, torch.bfloat16)
 
 
+@dataclass(frozen=True)
+class Rows:
+    """Where each row's segment of a packed buffer lies: row r owns `capacity[r]` slots from `start[r]` on and uses
+    the first `length[r]`. The (R,) device tensors (which the varlen kernel reads) and their host lists (which the
+    Python loops slice by, without a device read per row) are made together here and nowhere else, and never
+    change: a host copy out of step with its tensor would give silently wrong attention."""
+
+    start: torch.Tensor
+    capacity: torch.Tensor
+    length: torch.Tensor
+    starts: list[int] = field(init=False, repr=False)
+    capacities: list[int] = field(init=False, repr=False)
+    lengths: list[int] = field(init=False, repr=False)
+
+    def __post_init__(self):
+        for host, device in (("starts", self.start), ("capacities", self.capacity), ("lengths", self.length)):
+            object.__setattr__(self, host, device.tolist())
+
+    @classmethod
+    def segments(cls, capacity: torch.Tensor, length: torch.Tensor) -> Rows:
+        """Rows laid out back to back from slot 0, each with its capacity."""
+        return cls(capacity.cumsum(0) - capacity, capacity, length)
+
+    def with_length(self, length: torch.Tensor) -> Rows:
+        """The same segments, now using `length[r]` slots each (one device read: a decoding step's)."""
+        rows = copy(self)
+        object.__setattr__(rows, "length", length)
+        object.__setattr__(rows, "lengths", length.tolist())
+        return rows
+
+
 class Packed(NamedTuple):
-    """Kept keys and values (slots, D) of all rows. Row r owns `capacity[r]` slots from starts[r] on and uses
-    the first lengths[r]. `starts` and `lengths` are host lists (slicing reads nothing from the device);
-    `capacity` and `length` (R,) are the device's copies, which the varlen kernel reads."""
+    """Kept keys and values (slots, D) of all rows, and where each row's segment lies."""
 
     keys: torch.Tensor
     values: torch.Tensor
-    starts: list[int]
-    lengths: list[int]
-    capacity: torch.Tensor
-    length: torch.Tensor
+    rows: Rows
 
 
 def segment_attention(
@@ -124,8 +152,8 @@ def _rows(q, packed: Packed, window_keys, window_values, new_mask, heads, budget
     window = window_keys.shape[1]
     out = torch.empty_like(q)
     for r in range(rows):
-        n = packed.lengths[r]
-        used = slice(packed.starts[r], packed.starts[r] + n)
+        n = packed.rows.lengths[r]
+        used = slice(packed.rows.starts[r], packed.rows.starts[r] + n)
         keys, values = packed.keys[used], packed.values[used]
         visible = None if new_mask is None else new_mask[r // heads if new_mask.shape[0] > 1 else 0, 0]  # (Q, T)
         step = max(1, budget // (n + window))  # at least one query: a single row of scores may exceed the budget
@@ -142,13 +170,13 @@ def _rows(q, packed: Packed, window_keys, window_values, new_mask, heads, budget
     return out
 
 
-def _used_views(tensor: torch.Tensor, packed: Packed, dim: int = 0) -> list[torch.Tensor]:
-    """Each row's used part of a packed tensor (slots along `dim`), as views made by one split instead of a
-    slice per row: the parts alternate unused (before the first row, spare slots, a padded row's tail) and
-    used, and only the used ones are kept."""
-    ends = packed.starts[1:] + [tensor.shape[dim]]
-    sizes = [packed.starts[0] if packed.starts else tensor.shape[dim]]
-    for start, n, end in zip(packed.starts, packed.lengths, ends):
+def _used_views(tensor: torch.Tensor, starts: list[int], lengths: list[int], dim: int = 0) -> list[torch.Tensor]:
+    """Each row's used part of a packed tensor (slots along `dim`; row r's from starts[r], lengths[r] of them), as
+    views made by one split instead of a slice per row: the parts alternate unused (before the first row, spare
+    slots, a padded row's tail) and used, and only the used ones are kept."""
+    ends = starts[1:] + [tensor.shape[dim]]
+    sizes = [starts[0] if starts else tensor.shape[dim]]
+    for start, n, end in zip(starts, lengths, ends):
         sizes += [n, end - start - n]
     return list(tensor.split(sizes, dim))[1::2]
 
@@ -191,21 +219,23 @@ def _one_thread():
 def _decode_rows(q, packed: Packed, window_keys, window_values):
     rows, queries, _ = q.shape
     window = window_keys.shape[1]
-    width = max(packed.lengths, default=0) + window
+    width = max(packed.rows.lengths, default=0) + window
     longest = width - window
-    layout = packed._replace(starts=list(range(0, rows * width, width)))  # row r's part of a buffer row
+    layout = list(range(0, rows * width, width))  # where row r's part of a buffer row starts
     scores = q.new_empty(queries, rows, width)
     scores[..., :longest].fill_(-math.inf)
     scores[..., longest:] = torch.bmm(q, window_keys.transpose(1, 2)).transpose(0, 1)
-    used = [r for r, n in enumerate(packed.lengths) if n]
-    kept_scores = _used_views(scores.view(queries, -1), layout, 1)  # (Q, n) each
-    keys_t = _used_views(packed.keys.T, packed, 1)  # (D, n) each
+    used = [r for r, n in enumerate(packed.rows.lengths) if n]
+    lengths = packed.rows.lengths
+    kept_scores = _used_views(scores.view(queries, -1), layout, lengths, 1)  # (Q, n) each
+    keys_t = _used_views(packed.keys.T, packed.rows.starts, lengths, 1)  # (D, n) each
     q_rows = q.unbind(0)  # views made in one call, as the splits' (a slice per row costs as much as its matmul)
     for r in used:
         torch.mm(q_rows[r], keys_t[r], out=kept_scores[r])
     p = torch.softmax(scores.float(), -1).to(q.dtype)  # every row sees its window: the new token at least
     out = torch.bmm(p[..., longest:].transpose(0, 1), window_values)  # (R, Q, D)
-    weights, values = _used_views(p.view(queries, -1), layout, 1), _used_views(packed.values, packed)
+    weights = _used_views(p.view(queries, -1), layout, lengths, 1)
+    values = _used_views(packed.values, packed.rows.starts, lengths)
     outs = out.unbind(0)
     for r in used:
         outs[r].addmm_(weights[r], values[r])
@@ -252,9 +282,9 @@ def _varlen(q, packed: Packed, window_keys, window_values, new_mask):
         window_size=(-1, -1) if new_mask is None else (-1, 0),
     )
     if packed.keys.shape[0]:  # else nothing was judged yet (a prompt within the window): the windows are all
-        bounds = torch.nn.functional.pad(packed.capacity.cumsum(0), (1, 0)).int()
-        used = packed.length.int()
-        longest = max(b - a for a, b in zip(packed.starts, packed.starts[1:] + [packed.keys.shape[0]]))
+        bounds = torch.nn.functional.pad(packed.rows.capacity.cumsum(0), (1, 0)).int()
+        used = packed.rows.length.int()
+        longest = max(b - a for a, b in zip(packed.rows.starts, packed.rows.starts[1:] + [packed.keys.shape[0]]))
         kept, kept_lse = varlen_attn(
             tokens,
             packed.keys[:, None],
@@ -290,7 +320,7 @@ def _flash_rows(q, packed: Packed, window_keys, window_values, new):
     group, old = queries // new, window_keys.shape[1] - new
     out = torch.empty_like(q)
     for r in range(rows):
-        kept = slice(packed.starts[r], packed.starts[r] + packed.lengths[r])
+        kept = slice(packed.rows.starts[r], packed.rows.starts[r] + packed.rows.lengths[r])
         own, own_lse = _flash(
             q[r].view(1, group, new, dim),
             window_keys[r, old:].expand(1, group, new, dim),
@@ -298,7 +328,7 @@ def _flash_rows(q, packed: Packed, window_keys, window_values, new):
             causal=True,
         )
         own, own_lse = own.reshape(queries, dim), own_lse.reshape(queries)
-        if packed.lengths[r] + old == 0:
+        if packed.rows.lengths[r] + old == 0:
             out[r] = own
             continue
         keys = torch.cat([packed.keys[kept], window_keys[r, :old]])[None, None]
