@@ -179,6 +179,12 @@ def main() -> None:
         "--max-num-batched-tokens", type=positive_int, default=None, help="vLLM's tokens per step, both engines"
     )
     parser.add_argument("--judge-chunks", action="store_true", help="the plugin judges each prefill chunk")
+    parser.add_argument(
+        "--admit-by-first-chunk",
+        action="store_true",
+        help="both engines admit a request when its first chunk fits (vLLM's scheduler_reserve_full_isl off), not "
+        "only when its whole dense prompt does",
+    )
     parser.add_argument("--out", type=output_file, required=True)
     add_engine_folder_argument(parser)
     args = parser.parse_args()
@@ -196,6 +202,8 @@ def main() -> None:
     engine |= {"hf_overrides": {"kvzap_model_id": model_json["model_id"]}}  # the surrogate's base model
     if args.max_num_batched_tokens:  # a prefill chunk is at most this long
         engine |= {"max_num_batched_tokens": args.max_num_batched_tokens, "enable_chunked_prefill": True}
+    if args.admit_by_first_chunk:
+        engine |= {"scheduler_reserve_full_isl": False}
     kvzap = {"surrogate": str(checkpoint.resolve() if checkpoint else args.surrogate), "threshold": args.threshold}
     kvzap |= {"judge_chunks": True} if args.judge_chunks else {}
     plugin = engine | {"additional_config": {"kvzap": kvzap}}

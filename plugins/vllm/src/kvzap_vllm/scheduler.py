@@ -4,11 +4,15 @@ requests it publishes that footprint for the server's /metrics (kvzap_vllm.metri
 
 from __future__ import annotations
 
+from vllm.logger import init_logger
 from vllm.v1.core.sched.scheduler import Scheduler
 
 from kvzap_vllm.ledger import LEDGER
 from kvzap_vllm.manager import KVzapManager
 from kvzap_vllm.metrics import publish
+from kvzap_vllm.settings import KVzapSettings
+
+logger = init_logger(__name__)
 
 
 class KVzapScheduler(Scheduler):
@@ -17,6 +21,13 @@ class KVzapScheduler(Scheduler):
         self.kvzap_managers = [KVzapManager.adopt(m) for m in self.kv_cache_manager.coordinator.single_type_managers]
         self.kvzap_freed_blocks = 0
         self.kvzap_layers = self.vllm_config.model_config.hf_config.num_hidden_layers
+        settings = KVzapSettings.read(self.vllm_config.additional_config)
+        if settings.judge_chunks and self.vllm_config.scheduler_config.scheduler_reserve_full_isl:
+            logger.warning(
+                "KVzap judge_chunks: vLLM admits a request only when its whole dense prompt fits "
+                "(scheduler_reserve_full_isl), which judging chunks cannot lower; start the engine with "
+                "--no-scheduler-reserve-full-isl to admit requests by their first chunk."
+            )
 
     def schedule(self, *args, **kwargs):
         for request_id, removed in LEDGER.drain().items():
