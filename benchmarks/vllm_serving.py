@@ -222,21 +222,21 @@ def main() -> None:
         result = bench.score(rows.drop(columns=["context"]).assign(prediction=answers(model, tokenizer, run["tokens"])))
         record["score"], record["score_ci"] = result["average"], result["average_ci"]
     ratios, traces = [], {"dense vLLM": [], "vLLM + KVzap": []}
+    fill = lambda: KVzapLayerFillPress(str(args.surrogate), threshold=args.threshold, decoding=True)  # noqa: E731
     for k, prompt in enumerate(prompts):
-        press = KVzapLayerFillPress(str(args.surrogate), threshold=args.threshold, decoding=True)
-        if k < args.check_tokens:
-            for name, run, reference_press in (("dense vLLM", dense, None), ("vLLM + KVzap", pruned, press)):
-                steps = engine_steps(run, k) if reference_press is not None and args.judge_chunks else None
-                if reference_press is not None and args.judge_chunks and steps is None:
-                    traces[name].append({"prompt": k, "preempted": "recomputed: not compared"})
-                    continue
-                reference, logits = greedy(model, prompt, new_tokens, reference_press, steps)
-                traces[name].append(divergence(k, run["tokens"][k], reference, logits))
-        else:
-            with torch.no_grad(), press(model):
-                model(torch.tensor([prompt]))
+        checked = (("dense vLLM", dense, None), ("vLLM + KVzap", pruned, fill())) if k < args.check_tokens else ()
+        for name, run, reference_press in checked:
+            steps = engine_steps(run, k) if reference_press is not None and args.judge_chunks else None
+            if reference_press is not None and args.judge_chunks and steps is None:
+                traces[name].append({"prompt": k, "preempted": "recomputed: not compared"})
+                continue
+            reference, logits = greedy(model, prompt, new_tokens, reference_press, steps)
+            traces[name].append(divergence(k, run["tokens"][k], reference, logits))
+        press = fill()  # the logical ratio: the prompt judged whole, as one forward
+        with torch.no_grad(), press(model):
+            model(torch.tensor([prompt]))
         ratios.append(press.compression_ratio)
-    records[1]["kvzap_ratio"] = sum(ratios) / len(ratios)  # the fill policy's (per layer), after each prompt
+    records[1]["kvzap_ratio"] = sum(ratios) / len(ratios)  # the fill policy's (per layer), each prompt judged whole
     records[1]["logical_compression"] = 1 / (1 - records[1]["kvzap_ratio"])
     checked = min(args.check_tokens, len(prompts))
     for record, name in zip(records, traces):
