@@ -30,7 +30,7 @@ from eviction import mask_index_bytes
 from kvzap.atomic import atomic_write_json
 from kvzap.pruning import KVzapPress, SurrogateScorerPress, held_kv_bytes
 from kvzap.pruning.calibration import collect_scores, threshold_for
-from kvzap.pruning.segments import applicable_kernels, float32_rows, segment_attention
+from kvzap.pruning.segments import Window, applicable_kernels, float32_rows, segment_attention
 from kvzap.surrogate.model import Surrogate
 from records import nonnegative_int, output_file, positive_int, print_table, unit_fraction
 
@@ -145,7 +145,7 @@ def kernel_agreement(layer, tokens: int, group: int, kernels: list[str] | None =
         if tokens == 1
         else torch.ones(tokens, tokens, dtype=torch.bool, device=q.device).tril().repeat(group, 1)[None, None]
     )
-    inputs = (q, packed, window_keys, window_values, mask, layer.removed_shape[1], layer.score_budget())
+    inputs = (q, packed, Window(window_keys, window_values, mask), layer.removed_shape[1], layer.score_budget())
     reference = float32_rows(*inputs)
     diffs = {
         kernel: (segment_attention(*inputs, kernel=kernel).float() - reference).abs().max().item()

@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from kvzap.plan import forecast
+from kvzap.refusal import Refusal
 from plan_helpers import ROOT
 from plan_helpers import planned as _planned
 
@@ -77,7 +78,7 @@ def test_a_per_model_throughput_applies_to_that_model_only():
 def test_bad_throughput_tables_are_refused(tmp_path, content, message):
     path = tmp_path / "t.json"
     path.write_text(content)
-    with pytest.raises(SystemExit, match=message):
+    with pytest.raises(Refusal, match=message):
         forecast.read_throughput(path)
 
 

@@ -123,3 +123,35 @@ def test_library_module_has_no_command_line(module):
     assert not names & {"SystemExit", "argparse", "__name__"}, (
         f"{module}: {sorted(names & {'SystemExit', 'argparse', '__name__'})}"
     )
+
+
+def _exits_outside_main(source: str) -> list[str]:
+    """The functions (or module level) that raise SystemExit without being a `main`."""
+    tree = ast.parse(source)
+    outside = []
+
+    def visit(node, function):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            function = node.name
+        if isinstance(node, ast.Raise) and node.exc is not None and "SystemExit" in ast.unparse(node.exc):
+            if function != "main":
+                outside.append(function or "<module>")
+        for child in ast.iter_child_nodes(node):
+            visit(child, function)
+
+    visit(tree, None)
+    return outside
+
+
+@pytest.mark.parametrize("module", sorted(GRAPH))
+def test_only_a_main_exits_the_process(module):
+    """Stages are libraries too (ablations and benchmarks import them): below `main` they raise a Refusal."""
+    path = SRC / Path(*module.split("."))
+    path = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+    assert _exits_outside_main(path.read_text(encoding="utf-8")) == [], module
+
+
+def test_the_exit_check_sees_a_helper_that_exits():
+    helper = "def check(x):\n    if x:\n        raise SystemExit('no')\n\ndef main():\n    raise SystemExit('usage')\n"
+    assert _exits_outside_main(helper) == ["check"]
+    assert _exits_outside_main("if True:\n    raise SystemExit(1)\n") == ["<module>"]

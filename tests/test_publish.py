@@ -17,6 +17,7 @@ import torch
 from huggingface_hub import DatasetCard, ModelCard
 
 from kvzap import publish
+from kvzap.refusal import Refusal
 from kvzap.surrogate.model import Surrogate
 from surrogate_folders import BASE, make_surrogate
 
@@ -229,7 +230,7 @@ def test_upload_without_token_refuses_before_any_request(trained, tmp_path, monk
 def test_missing_surrogate_file_is_named(tmp_path):
     folder, _ = make_surrogate(tmp_path, "mlp")
     (folder / "metrics.json").unlink()
-    with pytest.raises(SystemExit, match="metrics.json"):
+    with pytest.raises(Refusal, match="metrics.json"):
         publish.build_model_repo(folder, tmp_path / "out", "me", [], None, "apache-2.0")
 
 

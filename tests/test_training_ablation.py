@@ -8,6 +8,7 @@ import torch
 from kvzap.ablations import training_data
 from kvzap.pruning import SurrogateScorerPress
 from kvzap.pruning.calibration import collect_scores
+from kvzap.refusal import Refusal
 from kvzap.report import aggregate, figures
 from kvzap.surrogate.model import Surrogate
 from kvzap.training.shards import write_shard
@@ -36,7 +37,7 @@ def test_pairs_come_first_from_the_chosen_sources(tmp_path, capsys):
     assert chosen["prose", 7].tolist() == [5, 6, 7, 8, 9, 20, 21]
     assert ("prose", 12) not in chosen and "fewer than 12" in capsys.readouterr().out  # essays hold only 10
     assert chosen["mixed", 12].tolist() == [*range(5), *range(10, 17)]
-    with pytest.raises(SystemExit, match="holds 25 pairs, not 26"):
+    with pytest.raises(Refusal, match="holds 25 pairs, not 26"):
         training_data.selections(tmp_path / "train", sources, [26])
 
 

@@ -433,7 +433,7 @@ def serving_claims(record: dict) -> list[str]:
     return claims
 
 
-@pytest.mark.parametrize("workload", ["decode", "prefill", "prefill_chunks"])
+@pytest.mark.parametrize("workload", ["decode", "prefill", "prefill_chunks", "prefill_chunks_mild"])
 def test_the_plugin_readmes_serving_tables_and_claims_are_the_records(workload):
     """Each table is the record rendered (vllm_serving.readme_table); each number the text gives comes from it."""
     sys.path.insert(0, str(ROOT / "benchmarks"))

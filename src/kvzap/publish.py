@@ -25,6 +25,7 @@ from huggingface_hub.utils import validate_repo_id
 from kvzap.atomic import atomic_write_json, atomic_write_text
 from kvzap.plan.checks import PUBLISH_PLACEHOLDERS
 from kvzap.provenance import stamp
+from kvzap.refusal import Refusal, entry_point
 from kvzap.surrogate.model import CONFIG_NAME, WEIGHTS_NAME, Surrogate, read_config, same_model
 from kvzap.surrogate.settings import KINDS
 
@@ -74,9 +75,7 @@ def tau_curve(tables: list[Path], model_names: set[str], kind: str) -> pd.DataFr
         try:
             part = df[[TAU_COL, COMPRESSION_COL]].astype(float)
         except ValueError as err:
-            raise SystemExit(
-                f"{path}: kvzap_{kind} rows need numeric {TAU_COL} and {COMPRESSION_COL} ({err})."
-            ) from None
+            raise Refusal(f"{path}: kvzap_{kind} rows need numeric {TAU_COL} and {COMPRESSION_COL} ({err}).") from None
         parts.append(part.set_axis(["threshold", COMPRESSION_COL], axis=1))
     if not parts:
         return pd.DataFrame(columns=["threshold", COMPRESSION_COL])
@@ -194,39 +193,39 @@ def verified_metrics(surrogate_dir: Path) -> dict:
     "layers", where recorded, names the same). Anything else stops the run naming the file and the fix."""
     missing = [f for f in SURROGATE_FILES if not (surrogate_dir / f).is_file()]
     if missing:
-        raise SystemExit(f"{surrogate_dir} lacks {missing}: train the surrogate first.")
+        raise Refusal(f"{surrogate_dir} lacks {missing}: train the surrogate first.")
     try:
         surrogate = Surrogate.from_pretrained(surrogate_dir)
         metrics = json.loads((surrogate_dir / "metrics.json").read_text(encoding="utf-8"))
     except (ValueError, OSError) as err:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-        raise SystemExit(f"{surrogate_dir}: {err}. Fix: retrain or re-save the surrogate.") from None
+        raise Refusal(f"{surrogate_dir}: {err}. Fix: retrain or re-save the surrogate.") from None
     fix = f"Fix: retrain the surrogate ({surrogate_dir / 'metrics.json'} is what kvzap.training.fit writes)."
     if (
         not isinstance(metrics, dict)
         or metrics.get("kind") not in KINDS
         or not isinstance(metrics.get("model_id"), str)
     ):
-        raise SystemExit(f"{surrogate_dir / 'metrics.json'}: needs kind (linear or mlp) and model_id. {fix}")
+        raise Refusal(f"{surrogate_dir / 'metrics.json'}: needs kind (linear or mlp) and model_id. {fix}")
     kind, model_id = metrics["kind"], metrics["model_id"]
     weights_kind = "linear" if surrogate.hidden_dim is None else "mlp"
     if kind != weights_kind or surrogate_dir.name in set(KINDS) - {kind}:
-        raise SystemExit(
+        raise Refusal(
             f"{surrogate_dir}: metrics say {kind}, the weights are {weights_kind}, the folder is "
             f"{surrogate_dir.name}: the files are from different surrogates. {fix}"
         )
     if surrogate.base_model and not same_model(surrogate.base_model, model_id):
-        raise SystemExit(
+        raise Refusal(
             f"{surrogate_dir}: its config was trained for {surrogate.base_model}, its metrics for {model_id}: "
             f"the repo would be named after {short_name(model_id)}. {fix}"
         )
     rows = metrics.get("r2")
     if not isinstance(rows, list) or len(rows) != len(surrogate.scored) or not all(_r2_row(r) for r in rows):
-        raise SystemExit(
+        raise Refusal(
             f"{surrogate_dir / 'metrics.json'}: r2 needs one row of numbers per layer it scores "
             f"({len(surrogate.scored)}). {fix}"
         )
     if metrics.get("layers", surrogate.scored) != surrogate.scored:
-        raise SystemExit(
+        raise Refusal(
             f"{surrogate_dir / 'metrics.json'}: its r2 rows are for layers {metrics['layers']}, the surrogate scores "
             f"layers {surrogate.scored}. {fix}"
         )
@@ -263,7 +262,7 @@ def build_model_repo(
 def build_dataset_repo(tables: list[Path], out: Path, repo_id: str, license: str) -> dict:
     """Copy the result tables into out/datasets/<name>/ with a card declaring one config per table."""
     if not tables:
-        raise SystemExit("No result tables to publish: run the aggregate stage first.")
+        raise Refusal("No result tables to publish: run the aggregate stage first.")
     folder = out / "datasets" / repo_id.split("/")[-1]
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
@@ -315,7 +314,7 @@ def check_repo_id(option: str, repo_id: str) -> None:
     try:
         validate_repo_id(repo_id)
     except HFValidationError as err:
-        raise SystemExit(f"{option} {repo_id!r} is not a valid Hub name: {err}") from None
+        raise Refusal(f"{option} {repo_id!r} is not a valid Hub name: {err}") from None
 
 
 def check_table(path: Path) -> None:
@@ -323,37 +322,34 @@ def check_table(path: Path) -> None:
         columns = pd.read_csv(path).columns  # whole: the dataset card counts its rows
     except (OSError, ValueError, pd.errors.ParserError) as err:  # EmptyDataError and UnicodeDecodeError too
         reason = " ".join(str(err).split())  # pandas' messages span lines
-        raise SystemExit(
-            f"--tables {path}: not a readable CSV table ({reason}). Fix: pass aggregated tables."
-        ) from None
+        raise Refusal(f"--tables {path}: not a readable CSV table ({reason}). Fix: pass aggregated tables.") from None
     if not len(columns):
-        raise SystemExit(f"--tables {path}: a CSV table with a header row is needed.")
+        raise Refusal(f"--tables {path}: a CSV table with a header row is needed.")
 
 
 def check_args(args) -> None:
     """Names, license and tables, checked before anything is written."""
     if not args.surrogates and not args.dataset_repo:
-        raise SystemExit("Nothing to publish: pass --surrogates and/or --dataset-repo with --tables.")
+        raise Refusal("Nothing to publish: pass --surrogates and/or --dataset-repo with --tables.")
     if "/" in args.namespace:
-        raise SystemExit(f"--namespace {args.namespace!r}: a Hub user or organisation, without '/'.")
+        raise Refusal(f"--namespace {args.namespace!r}: a Hub user or organisation, without '/'.")
     check_repo_id("--namespace", f"{args.namespace}/KVzap-mlp-model")
     for flag, name in (("--namespace", args.namespace), ("--dataset-repo", (args.dataset_repo or "").split("/")[0])):
         if name.lower() in PUBLISH_PLACEHOLDERS:
-            raise SystemExit(f"{flag}: {name!r} is a placeholder; name your Hub user or organisation.")
+            raise Refusal(f"{flag}: {name!r} is a placeholder; name your Hub user or organisation.")
     if args.dataset_repo is not None:
         if args.dataset_repo.count("/") != 1:
-            raise SystemExit(
-                f"--dataset-repo {args.dataset_repo!r}: name it namespace/name, e.g. my-org/KVzap-results."
-            )
+            raise Refusal(f"--dataset-repo {args.dataset_repo!r}: name it namespace/name, e.g. my-org/KVzap-results.")
         check_repo_id("--dataset-repo", args.dataset_repo)
     if not LICENSE.fullmatch(args.license):
-        raise SystemExit(f"--license {args.license!r}: use a Hub license identifier, e.g. apache-2.0 or mit.")
+        raise Refusal(f"--license {args.license!r}: use a Hub license identifier, e.g. apache-2.0 or mit.")
     if args.out.exists() and not args.out.is_dir():
-        raise SystemExit(f"--out {args.out} is a file: name a folder to write the repos into.")
+        raise Refusal(f"--out {args.out} is a file: name a folder to write the repos into.")
     for path in args.tables:
         check_table(path)
 
 
+@entry_point
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Publish KVzap surrogates and result tables to the Hugging Face Hub.")
     parser.add_argument("--surrogates", type=Path, nargs="*", default=[], help="trained surrogate folders")

@@ -18,6 +18,7 @@ from tqdm import tqdm
 
 from kvzap.atomic import atomic_write_json
 from kvzap.provenance import stamp
+from kvzap.refusal import entry_point
 from kvzap.training import fit
 from kvzap.training.shards import read_shard
 
@@ -88,6 +89,7 @@ def run(data: Path, alpha: float = 1.0, device: torch.device | None = None) -> d
     }
 
 
+@entry_point
 def main() -> None:
     parser = argparse.ArgumentParser(description="R^2 of ridge surrogates from (k, v) vs from h (paper App. A).")
     parser.add_argument(

@@ -36,6 +36,7 @@ from kvzap.prepare import models
 from kvzap.provenance import stamp
 from kvzap.pruning import KVzapPress, SurrogateScorerPress
 from kvzap.pruning.calibration import ScoreSample, mean_ratio, threshold_for
+from kvzap.refusal import Refusal, entry_point
 from kvzap.surrogate.settings import KINDS
 from kvzap.training import fit
 from kvzap.training.shards import ShardRows
@@ -60,7 +61,7 @@ def selections(folder: Path, sources: dict[str, list[str] | None], sizes: list[i
             if len(pairs) >= size:
                 chosen[name, size] = pairs[:size]
             elif subsets is None:
-                raise SystemExit(
+                raise Refusal(
                     f"The oracle's training split holds {len(pairs)} pairs, not {size}: lower the size "
                     "or collect more prompts (oracle.n_train)."
                 )
@@ -229,6 +230,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@entry_point
 def main() -> None:
     args = build_parser().parse_args()
     args.dtype = dtypes.resolve(args.dtype)  # provenance records the dtype the job runs in

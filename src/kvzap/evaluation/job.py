@@ -32,6 +32,7 @@ from kvzap.evaluation.suites import benchmark_module
 from kvzap.prepare import models
 from kvzap.provenance import stamp
 from kvzap.pruning.windowed_press import WindowedPress
+from kvzap.refusal import entry_point
 
 
 def _compression_ratio(press) -> float:
@@ -330,17 +331,14 @@ def write_cell(
     return metrics
 
 
+@entry_point
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--spec", required=True, help="the job's spec (kvzap.evaluation.spec.JobSpec) as JSON, or a file holding it"
     )
     args = parser.parse_args(argv)
-    try:
-        results = evaluate(JobSpec.read(args.spec))
-    except JobError as err:
-        raise SystemExit(str(err)) from None
-    for metrics in results:
+    for metrics in evaluate(JobSpec.read(args.spec)):
         print(
             json.dumps(
                 {k: metrics.get(k) for k in ("benchmark", "subset", "method", "value", "average", "compression_ratio")}

@@ -16,6 +16,7 @@ from kvzap.evaluation import long_samples
 from kvzap.evaluation.predictions import measured_means, read_predictions, seed_averages, write_predictions
 from kvzap.evaluation.suites import benchmark_module
 from kvzap.provenance import stamp
+from kvzap.refusal import entry_point
 
 PER_SHARD = ("shard", "n_shards", "out")  # arguments that differ between the shards of one cell
 
@@ -54,6 +55,7 @@ def merge(parts: list[Path], out: Path) -> dict:
     return metrics
 
 
+@entry_point
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(

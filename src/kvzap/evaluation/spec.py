@@ -13,12 +13,13 @@ from kvzap import dtypes
 from kvzap.evaluation import long_samples, methods
 from kvzap.evaluation.metrics import DEPARTURES
 from kvzap.evaluation.suites import BENCHMARKS
+from kvzap.refusal import Refusal
 
 # How a job's cells and rows were laid out into processes and batches: no greedy output depends on it
 LAYOUT = ("subsets", "cells", "decode_batch", "batch_size")
 
 
-class JobError(ValueError):
+class JobError(Refusal):
     """A job that cannot run as asked (a bad spec, a missing surrogate, a model its method cannot serve), with the fix
     in its message: library callers catch it, `main` prints it and exits."""
 
@@ -33,8 +34,7 @@ class CellSpec:
     outs: dict[str, str]
 
     def __post_init__(self):
-        if self.method not in methods.METHODS:
-            raise JobError(f"cell {self.method!r}: unknown method. Fix: use one of {sorted(methods.METHODS)}.")
+        known_method(self.method, f"cell {self.method!r}")
         if self.value is not None and (isinstance(self.value, bool) or not isinstance(self.value, int | float)):
             raise JobError(f"cell {self.method}: value {self.value!r} is not a number (a threshold or a ratio).")
         if self.value is not None:
@@ -133,6 +133,11 @@ class JobSpec:
         return {kind: [Path(p) for p in getattr(self, f"surrogate_{kind}") or ()] for kind in ("linear", "mlp")}
 
 
+def known_method(method: str, where: str) -> None:
+    if method not in methods.METHODS:
+        raise JobError(f"{where}: unknown method {method!r}. Fix: use one of {sorted(methods.METHODS)}.")
+
+
 def _cell(raw) -> CellSpec:
     if not isinstance(raw, dict) or set(raw) != {"method", "value", "outs"}:
         raise JobError(f"a cell is {{'method', 'value', 'outs'}}, got {raw!r}.")
@@ -142,8 +147,7 @@ def _cell(raw) -> CellSpec:
 def parse_cell(token: str) -> tuple[str, float | None]:
     """METHOD or METHOD=VALUE, as a person types a cell (a benchmark's --cells) -> (method, value)."""
     method, _, value = token.partition("=")
-    if method not in methods.METHODS:
-        raise JobError(f"--cells {token!r}: unknown method {method!r}. Fix: use one of {sorted(methods.METHODS)}.")
+    known_method(method, f"--cells {token!r}")
     try:
         return method, float(value) if value else None
     except ValueError:

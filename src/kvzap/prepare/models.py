@@ -19,6 +19,7 @@ from kvzap.atomic import atomic_write_json
 from kvzap.prepare.assets import OFFLINE_MODELS, offline_gguf
 from kvzap.prepare.gguf_tokenizer import rebuild_tokenizer
 from kvzap.prepare.prefetch import MODEL_FILES, FetchError, refused
+from kvzap.refusal import Refusal, entry_point
 
 
 def prepare(model_id: str, out_dir: Path, revision: str | None = None) -> dict:
@@ -85,7 +86,7 @@ def read_record(model_json: Path) -> dict:
     try:
         return json.loads(Path(model_json).read_text())
     except FileNotFoundError as err:
-        raise SystemExit(f"{model_json} is missing: run the prepare stage first (snakemake {model_json}).") from err
+        raise Refusal(f"{model_json} is missing: run the prepare stage first (snakemake {model_json}).") from err
 
 
 def load(
@@ -120,6 +121,7 @@ def press_lookup_name(record: dict) -> str:
     return record["model_id"] if from_hub else record["path"]
 
 
+@entry_point
 def main() -> None:
     parser = argparse.ArgumentParser(description=prepare.__doc__)
     parser.add_argument("--model-id", required=True)

@@ -30,6 +30,7 @@ from tabulate import tabulate
 
 from kvzap.atomic import atomic_path
 from kvzap.prepare.hub_files import dataset_files, snapshot_commit
+from kvzap.refusal import entry_point
 
 # The files of a Hub model that prepare pins and prefetch downloads: config, weights, tokenizer, chat template.
 MODEL_FILES = ("*.json", "*.safetensors", "*.model", "*.txt", "*.jinja")
@@ -229,6 +230,7 @@ def default_mirror() -> Path:
     return Path(constants.HF_HUB_CACHE) / "duo-attention-patterns"
 
 
+@entry_point
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fetches", required=True, help="a JSON list of fetches (kvzap.plan.hub_assets.manifest)")

@@ -20,7 +20,7 @@ import math
 import torch
 from transformers.cache_utils import CacheLayerMixin
 
-from kvzap.pruning.segments import Packed, Rows, segment_attention
+from kvzap.pruning.segments import Packed, Rows, Window, segment_attention
 from kvzap.pruning.sliding import SlidingBuffer
 
 # Spare slots a packed row gets when it grows again (decoding): a share of what it keeps (at least MIN_ROW_SLACK),
@@ -416,9 +416,7 @@ class PrunedLayer(JudgedLayer):
         out = segment_attention(
             (q * scaling).reshape(rows, queries, dim),
             self.packed(),
-            self.dense_keys.reshape(rows, -1, dim),
-            self.dense_values.reshape(rows, -1, dim),
-            new_mask,
+            Window(self.dense_keys.reshape(rows, -1, dim), self.dense_values.reshape(rows, -1, dim), new_mask),
             heads,
             self.score_budget(),
             **({"kernel": "rows"} if padded else {}),

@@ -75,28 +75,36 @@ class Packed(NamedTuple):
     rows: Rows
 
 
+class Window(NamedTuple):
+    """Each row's dense recent tokens, keys and values (R, W, D), and which of the m newest the queries see: `mask`
+    (B|1, 1, Q, m) bool (the T new tokens, or the whole window while it holds padding), or None (all visible)."""
+
+    keys: torch.Tensor
+    values: torch.Tensor
+    mask: torch.Tensor | None
+
+
 def segment_attention(
-    q, packed: Packed, window_keys, window_values, new_mask, heads: int, budget: int, kernel: str | None = None
+    q, packed: Packed, window: Window, heads: int, budget: int, kernel: str | None = None
 ) -> torch.Tensor:
     """Exact softmax attention of each row's queries over its used slots and its window.
 
-    q (R, Q, D), already scaled, R = B * H rows, Q = G * T queries per row (G heads of T tokens, head-major);
-    window_* (R, W, D); new_mask (B|1, 1, Q, m) bool over the m newest window tokens (the T new ones, or the
-    whole window while it holds padding: then kernel="rows"), or None (all visible).
-    Scores are float32, as in the masking reference. kernel: "varlen", "decode", "flash" or "rows" (None: the
-    fastest that applies). Returns (R, Q, D).
+    q (R, Q, D), already scaled, R = B * H rows, Q = G * T queries per row (G heads of T tokens, head-major); a
+    window mask over the whole window (padding in it) needs kernel="rows". `heads` (H) maps a row to its batch
+    entry's mask, `budget` caps the row loop's score elements. Scores are float32, as in the masking reference.
+    kernel: "varlen", "decode", "flash" or "rows" (None: the fastest that applies). Returns (R, Q, D).
     """
     if kernel is None:
-        kernel = applicable_kernels(q, new_mask)[0]
-        if kernel == "varlen" and not kernel_trusted(q, packed, window_keys, window_values, new_mask, heads, budget):
+        kernel = applicable_kernels(q, window.mask)[0]
+        if kernel == "varlen" and not kernel_trusted(q, packed, window, heads, budget):
             kernel = "rows"
     if kernel == "varlen":
-        return _varlen(q, packed, window_keys, window_values, new_mask)
+        return _varlen(q, packed, window)
     if kernel == "decode":
-        return _decode(q, packed, window_keys, window_values)
+        return _decode(q, packed, window)
     if kernel == "flash":
-        return _flash_rows(q, packed, window_keys, window_values, new_mask.shape[-1])
-    return _rows(q, packed, window_keys, window_values, new_mask, heads, budget)
+        return _flash_rows(q, packed, window)
+    return _rows(q, packed, window, heads, budget)
 
 
 def applicable_kernels(q, new_mask) -> list[str]:
@@ -119,17 +127,17 @@ TRUSTED: dict[tuple, bool] = {}
 TRUST_TOLERANCE = 0.05
 
 
-def kernel_trusted(q, packed: Packed, window_keys, window_values, new_mask, heads: int, budget: int) -> bool:
+def kernel_trusted(q, packed: Packed, window: Window, heads: int, budget: int) -> bool:
     """Compare the varlen kernel with the float32 row loop on its first inputs per (device, dtype, causal).
 
     Its use of `varlen_attn` follows the documentation and is tested on CPU against an emulation of it. A
     kernel that behaves otherwise on some GPU or torch version must not change results silently, so the row
     loop serves instead, with a warning.
     """
-    key = (str(q.device), q.dtype, new_mask is not None)
+    key = (str(q.device), q.dtype, window.mask is not None)
     if key not in TRUSTED:
-        got = _varlen(q, packed, window_keys, window_values, new_mask).float()
-        want = float32_rows(q, packed, window_keys, window_values, new_mask, heads, budget)
+        got = _varlen(q, packed, window).float()
+        want = float32_rows(q, packed, window, heads, budget)
         error, scale = (got - want).abs().max().item(), want.abs().max().item()
         TRUSTED[key] = error <= TRUST_TOLERANCE * max(1.0, scale)
         if not TRUSTED[key]:
@@ -141,32 +149,36 @@ def kernel_trusted(q, packed: Packed, window_keys, window_values, new_mask, head
     return TRUSTED[key]
 
 
-def float32_rows(q, packed: Packed, window_keys, window_values, new_mask, heads: int, budget: int):
+def float32_rows(q, packed: Packed, window: Window, heads: int, budget: int):
     """The row loop on float32 copies of everything: the reference that half-precision kernels are held to."""
     upcast = packed._replace(keys=packed.keys.float(), values=packed.values.float())
-    return _rows(q.float(), upcast, window_keys.float(), window_values.float(), new_mask, heads, budget)
+    return _rows(q.float(), upcast, _float(window), heads, budget)
 
 
-def _rows(q, packed: Packed, window_keys, window_values, new_mask, heads, budget):
+def _float(window: Window) -> Window:
+    return window._replace(keys=window.keys.float(), values=window.values.float())
+
+
+def _rows(q, packed: Packed, window: Window, heads, budget):
     rows, queries, _ = q.shape
-    window = window_keys.shape[1]
+    width, new_mask = window.keys.shape[1], window.mask
     out = torch.empty_like(q)
     for r in range(rows):
         n = packed.rows.lengths[r]
         used = slice(packed.rows.starts[r], packed.rows.starts[r] + n)
         keys, values = packed.keys[used], packed.values[used]
         visible = None if new_mask is None else new_mask[r // heads if new_mask.shape[0] > 1 else 0, 0]  # (Q, T)
-        step = max(1, budget // (n + window))  # at least one query: a single row of scores may exceed the budget
+        step = max(1, budget // (n + width))  # at least one query: a single row of scores may exceed the budget
         for q0 in range(0, queries, step):
             block = q[r, q0 : q0 + step]  # (m, D)
-            scores = torch.cat([block @ keys.T, block @ window_keys[r].T], -1).float()  # (m, n + W)
+            scores = torch.cat([block @ keys.T, block @ window.keys[r].T], -1).float()  # (m, n + W)
             if visible is not None:
-                scores[:, n + window - visible.shape[-1] :].masked_fill_(~visible[q0 : q0 + step], -math.inf)
+                scores[:, n + width - visible.shape[-1] :].masked_fill_(~visible[q0 : q0 + step], -math.inf)
             p = torch.softmax(scores, -1)
             if visible is not None:
                 p.nan_to_num_(0.0)  # a padding query sees nothing: output 0, as sdpa gives
             p = p.to(q.dtype)
-            torch.addmm(p[:, n:] @ window_values[r], p[:, :n], values, out=out[r, q0 : q0 + step])  # a contiguous block
+            torch.addmm(p[:, n:] @ window.values[r], p[:, :n], values, out=out[r, q0 : q0 + step])  # a contiguous block
     return out
 
 
@@ -181,7 +193,7 @@ def _used_views(tensor: torch.Tensor, starts: list[int], lengths: list[int], dim
     return list(tensor.split(sizes, dim))[1::2]
 
 
-def _decode(q, packed: Packed, window_keys, window_values):
+def _decode(q, packed: Packed, window: Window):
     """All-visible queries (no mask): a decoding step's one new token per row, or any queries that see every
     key of their row.
 
@@ -197,9 +209,9 @@ def _decode(q, packed: Packed, window_keys, window_values):
     """
     with _one_thread():
         if q.dtype == torch.float32:
-            return _decode_rows(q, packed, window_keys, window_values)
+            return _decode_rows(q, packed, window)
         wide = packed._replace(keys=packed.keys.float(), values=packed.values.float())
-        return _decode_rows(q.float(), wide, window_keys.float(), window_values.float()).to(q.dtype)
+        return _decode_rows(q.float(), wide, _float(window)).to(q.dtype)
 
 
 @contextmanager
@@ -216,15 +228,14 @@ def _one_thread():
         torch.set_num_threads(threads)
 
 
-def _decode_rows(q, packed: Packed, window_keys, window_values):
+def _decode_rows(q, packed: Packed, window: Window):
     rows, queries, _ = q.shape
-    window = window_keys.shape[1]
-    width = max(packed.rows.lengths, default=0) + window
-    longest = width - window
+    longest = max(packed.rows.lengths, default=0)
+    width = longest + window.keys.shape[1]
     layout = list(range(0, rows * width, width))  # where row r's part of a buffer row starts
     scores = q.new_empty(queries, rows, width)
     scores[..., :longest].fill_(-math.inf)
-    scores[..., longest:] = torch.bmm(q, window_keys.transpose(1, 2)).transpose(0, 1)
+    scores[..., longest:] = torch.bmm(q, window.keys.transpose(1, 2)).transpose(0, 1)
     used = [r for r, n in enumerate(packed.rows.lengths) if n]
     lengths = packed.rows.lengths
     kept_scores = _used_views(scores.view(queries, -1), layout, lengths, 1)  # (Q, n) each
@@ -233,7 +244,7 @@ def _decode_rows(q, packed: Packed, window_keys, window_values):
     for r in used:
         torch.mm(q_rows[r], keys_t[r], out=kept_scores[r])
     p = torch.softmax(scores.float(), -1).to(q.dtype)  # every row sees its window: the new token at least
-    out = torch.bmm(p[..., longest:].transpose(0, 1), window_values)  # (R, Q, D)
+    out = torch.bmm(p[..., longest:].transpose(0, 1), window.values)  # (R, Q, D)
     weights = _used_views(p.view(queries, -1), layout, lengths, 1)
     values = _used_views(packed.values, packed.rows.starts, lengths)
     outs = out.unbind(0)
@@ -256,30 +267,30 @@ def _merge(a, lse_a, b, lse_b):
     return (a.float() * (lse_a - total).exp()[..., None] + b.float() * (lse_b - total).exp()[..., None]).to(a.dtype)
 
 
-def _varlen(q, packed: Packed, window_keys, window_values, new_mask):
+def _varlen(q, packed: Packed, window: Window):
     """Every row is a sequence of T tokens with G query heads and one kv head: one kernel over the kept slots
     (the rows' segments, of which `seqused_k` reads the used part), one over the windows (causal for new
     tokens, bottom-right aligned as in flash attention), merged exactly."""
     rows, queries, dim = q.shape
-    window = window_keys.shape[1]
-    new = 1 if new_mask is None else new_mask.shape[-1]
+    width = window.keys.shape[1]
+    new = 1 if window.mask is None else window.mask.shape[-1]
     group = queries // new
     tokens = q.view(rows, group, new, dim).transpose(1, 2).reshape(rows * new, group, dim)  # (R*T, G, D)
     q_bounds = torch.arange(0, (rows + 1) * new, new, dtype=torch.int32, device=q.device)
     aux = AuxRequest(lse=True)
-    w_bounds = torch.arange(0, (rows + 1) * window, window, dtype=torch.int32, device=q.device)
+    w_bounds = torch.arange(0, (rows + 1) * width, width, dtype=torch.int32, device=q.device)
     out, own_lse = varlen_attn(
         tokens,
-        window_keys.reshape(-1, 1, dim),
-        window_values.reshape(-1, 1, dim),
+        window.keys.reshape(-1, 1, dim),
+        window.values.reshape(-1, 1, dim),
         q_bounds,
         w_bounds,
         new,
-        window,
+        width,
         return_aux=aux,
         scale=1.0,
         enable_gqa=True,
-        window_size=(-1, -1) if new_mask is None else (-1, 0),
+        window_size=(-1, -1) if window.mask is None else (-1, 0),
     )
     if packed.keys.shape[0]:  # else nothing was judged yet (a prompt within the window): the windows are all
         bounds = torch.nn.functional.pad(packed.rows.capacity.cumsum(0), (1, 0)).int()
@@ -313,26 +324,27 @@ def _flash(q, k, v, causal: bool) -> tuple[torch.Tensor, torch.Tensor]:
     return out, lse
 
 
-def _flash_rows(q, packed: Packed, window_keys, window_values, new):
-    """Row by row: flash attention over [kept slots, older window] (all visible) and over the `new` newest
+def _flash_rows(q, packed: Packed, window: Window):
+    """Row by row: flash attention over [kept slots, older window] (all visible) and over the mask's new
     window tokens (causal per query head), merged exactly."""
     rows, queries, dim = q.shape
-    group, old = queries // new, window_keys.shape[1] - new
+    new = window.mask.shape[-1]
+    group, old = queries // new, window.keys.shape[1] - new
     out = torch.empty_like(q)
     for r in range(rows):
         kept = slice(packed.rows.starts[r], packed.rows.starts[r] + packed.rows.lengths[r])
         own, own_lse = _flash(
             q[r].view(1, group, new, dim),
-            window_keys[r, old:].expand(1, group, new, dim),
-            window_values[r, old:].expand(1, group, new, dim),
+            window.keys[r, old:].expand(1, group, new, dim),
+            window.values[r, old:].expand(1, group, new, dim),
             causal=True,
         )
         own, own_lse = own.reshape(queries, dim), own_lse.reshape(queries)
         if packed.rows.lengths[r] + old == 0:
             out[r] = own
             continue
-        keys = torch.cat([packed.keys[kept], window_keys[r, :old]])[None, None]
-        values = torch.cat([packed.values[kept], window_values[r, :old]])[None, None]
+        keys = torch.cat([packed.keys[kept], window.keys[r, :old]])[None, None]
+        values = torch.cat([packed.values[kept], window.values[r, :old]])[None, None]
         past, past_lse = _flash(q[r][None, None], keys, values, causal=False)
         out[r] = _merge(past[0, 0], past_lse[0, 0], own, own_lse)
     return out

@@ -32,6 +32,7 @@ from kvzap.atomic import atomic_path, atomic_write_json, atomic_write_text
 from kvzap.evaluation.predictions import KV_MEMORY
 from kvzap.intervals import ci_columns
 from kvzap.provenance import stamp
+from kvzap.refusal import entry_point
 from kvzap.report import tables
 from kvzap.report.flops import overhead_table
 from kvzap.report.outputs import CELL_TABLES, TABLES
@@ -239,6 +240,7 @@ def aggregate(
     return results
 
 
+@entry_point
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cells", type=Path, nargs="+", required=True, help="every expected cell metrics.json")

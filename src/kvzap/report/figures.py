@@ -31,6 +31,7 @@ from kvzap.atomic import atomic_path  # noqa: E402
 from kvzap.evaluation import methods  # noqa: E402
 from kvzap.intervals import bootstrap, ci_columns, mean_over_cells  # noqa: E402
 from kvzap.provenance import git_commit  # noqa: E402
+from kvzap.refusal import entry_point
 
 MARKERS = "osD^vP*Xh<>p"
 STYLE = {"kvzap_mlp": dict(color="#76b900", lw=2.2), "kvzap_linear": dict(color="#1f6f3f", lw=2.2)}
@@ -307,6 +308,7 @@ def training_pairs(spec: dict, out: Path, files: list[Path]) -> None:
     _save(fig, out)
 
 
+@entry_point
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--results", type=Path, required=True, help="results.csv")

@@ -11,6 +11,7 @@ from kvzap.atomic import atomic_write_json
 from kvzap.prepare.models import load
 from kvzap.pruning.calibration import calibrate, collect_scores
 from kvzap.pruning.scorer_presses import SurrogateScorerPress
+from kvzap.refusal import Refusal, entry_point
 from kvzap.surrogate.model import Surrogate
 from kvzap.window import WINDOW
 
@@ -20,11 +21,11 @@ def read_texts(path: Path) -> list[str]:
     try:
         texts = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise SystemExit(
+        raise Refusal(
             f"--texts {path}: not a readable JSON text file ({err}). Fix: pass a JSON list of texts."
         ) from None
     if not isinstance(texts, list) or not texts or not all(isinstance(t, str) and t.strip() for t in texts):
-        raise SystemExit(f'--texts {path}: a non-empty JSON list of non-empty strings is needed, e.g. ["text", ...].')
+        raise Refusal(f'--texts {path}: a non-empty JSON list of non-empty strings is needed, e.g. ["text", ...].')
     return texts
 
 
@@ -32,21 +33,22 @@ def check_args(args) -> None:
     """Everything that can be checked without the model, so a bad argument stops before any forward."""
     for target in args.targets:
         if not 0 <= target < 1:
-            raise SystemExit(f"--targets {target}: a target is a fraction removed in [0, 1), e.g. 0.5 0.67 0.75.")
+            raise Refusal(f"--targets {target}: a target is a fraction removed in [0, 1), e.g. 0.5 0.67 0.75.")
     if args.window < 0 or args.max_tokens < 1:
-        raise SystemExit(f"--window {args.window} --max-tokens {args.max_tokens}: need window >= 0, max-tokens >= 1.")
+        raise Refusal(f"--window {args.window} --max-tokens {args.max_tokens}: need window >= 0, max-tokens >= 1.")
     try:
         record = json.loads(Path(args.model_json).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise SystemExit(
+        raise Refusal(
             f"--model-json {args.model_json}: not readable JSON ({err}). Fix: run the prepare stage."
         ) from None
     if not isinstance(record, dict) or not isinstance(record.get("path"), str):
-        raise SystemExit(f"--model-json {args.model_json}: not a model.json (no path). Fix: run the prepare stage.")
+        raise Refusal(f"--model-json {args.model_json}: not a model.json (no path). Fix: run the prepare stage.")
     if args.out.is_dir():
-        raise SystemExit(f"--out {args.out} is a folder: name the JSON file to write, e.g. {args.out / 'tau.json'}.")
+        raise Refusal(f"--out {args.out} is a folder: name the JSON file to write, e.g. {args.out / 'tau.json'}.")
 
 
+@entry_point
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Thresholds of target compression ratios.")
     parser.add_argument("--model-json", required=True, help="model.json written by `python -m kvzap.prepare.models`")

@@ -35,6 +35,7 @@ from kvzap.layer_types import pruned_layers, skipped_layers
 from kvzap.oracle.scores import build_repeat_prompt, oracle_scores
 from kvzap.prepare import models
 from kvzap.provenance import stamp
+from kvzap.refusal import entry_point
 from kvzap.training import corpus
 from kvzap.training.shards import shard_record, write_shard
 
@@ -196,6 +197,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@entry_point
 def main() -> None:
     args = build_parser().parse_args()
     args.dtype = dtypes.resolve(args.dtype)  # provenance records the dtype the job runs in

@@ -36,6 +36,7 @@ from tqdm import tqdm
 from kvzap.atomic import atomic_path, atomic_write_json
 from kvzap.intervals import bootstrap
 from kvzap.provenance import stamp
+from kvzap.refusal import Refusal, entry_point
 from kvzap.surrogate.model import Surrogate
 from kvzap.surrogate.settings import KINDS, TRAINING_KEYS
 from kvzap.training.shards import ShardRows, read_shard
@@ -44,7 +45,7 @@ from kvzap.training.shards import ShardRows, read_shard
 def load_manifest(folder: Path) -> dict:
     path = folder / "manifest.json"
     if not path.exists():
-        raise SystemExit(f"{path} is missing: the oracle collection for {folder} has not completed.")
+        raise Refusal(f"{path} is missing: the oracle collection for {folder} has not completed.")
     return json.loads(path.read_text())
 
 
@@ -398,6 +399,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@entry_point
 def main() -> None:
     parser = build_parser()
     args = parser.parse_args()
@@ -405,8 +407,8 @@ def main() -> None:
     if missing:
         parser.error(f"--kind {args.kind} needs {' '.join(missing)}")
 
+    train_manifest = load_manifest(args.data / "train")  # refused before the output folder exists
     args.out.mkdir(parents=True, exist_ok=True)
-    train_manifest = load_manifest(args.data / "train")
     if args.kind == "linear":
         model, history = fit_ridge(args.data / "train", args.alpha), []
         params = {"kind": "linear", "alpha": args.alpha}

@@ -196,7 +196,11 @@ def _per_seed(count, n_seeds: int):
     return int(count) if n_seeds == 1 else round(float(count) / n_seeds, 2)
 
 
-if __name__ == "__main__":
-    if sys.argv[1:] != ["fetch"]:
+def main(argv: list[str] | None = None) -> None:
+    if (sys.argv[1:] if argv is None else argv) != ["fetch"]:
         raise SystemExit("usage: python -m kvzap.evaluation.suites.aime fetch")
     print(fetch_offline())
+
+
+if __name__ == "__main__":
+    main()
