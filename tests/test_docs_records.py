@@ -1,6 +1,6 @@
 """The numbers in docs/ and benchmarks/README.md are their records' numbers: every table built from a committed JSON
-record is read back cell by cell, the prose's headline numbers are checked one claim at a time, and the cost
-forecast's table is rerun with its own command (a doc edited by hand, or a record replaced, fails here).
+record is its rendering by benchmarks/doc_tables.py, the prose's headline numbers are checked one claim at a time, and
+the cost forecast's table is rerun with its own command (a doc edited by hand, or a record replaced, fails here).
 
 A printed number matches a value when the value rounds to it at the printed precision ("0.540" is 0.5395-0.5405)."""
 
@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import json
-import math
 import re
 import subprocess
 import sys
@@ -17,10 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from kvzap.evaluation import methods
 from kvzap.report.flops import LayerShape, share
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import doc_tables  # noqa: E402  (benchmarks/ is a folder of scripts, not a package)
+
+sys.path.remove(str(ROOT / "benchmarks"))
 # A number as the docs print it: "−2.6", "5,046", "0.540", "2.4e-5"; not the digits inside "Qwen3-8B", "16k",
 # "float32" or "7.5k".
 NUMBER = re.compile(r"(?<![\w.,\-−])[-−]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:e-\d+)?(?![\w.]*\w)")
@@ -85,220 +87,15 @@ def cell(record: dict, method: str, value=None) -> dict:
     return next(c for c in record["cells"] if c["method"] == method and (value is None or c["value"] == value))
 
 
-def score(c: dict) -> list[float]:
-    return [c["average"], c["ci_low:average"], c["ci_high:average"]]
-
-
-def label(method: str) -> str:
-    return methods.METHODS[method].label
-
-
-# --- docs/results.md -------------------------------------------------------------------------------------------
-
-
-def demo_dtype_rows() -> list[list]:
-    """The float32 (AVX2 kernels) and bfloat16 (AMX) demo runs side by side; the τ labels' ratios hold for both."""
-    a, b = rec("cpu/demo_run_avx2.json"), rec("cpu/demo_run_amx.json")
-    stages = ("prepare", "oracle", "surrogates", "evaluation")
-    rows = [
-        [None, [a["install_s"]], [b["install_s"]]],
-        [None, [a["stage_s"][s] for s in stages], [b["stage_s"][s] for s in stages]],
-        [None, [a["total_s"]], [b["total_s"]]],
-        [None, [s["r2_mean"] for s in a["surrogates"]], [s["r2_mean"] for s in b["surrogates"]]],
-    ]
-    for method in ("kvzap_linear", "kvzap_mlp"):
-        taus = (-2.6, -1.6, -1.0)
-        ratios = [(cell(a, method, t)["compression_ratio"], cell(b, method, t)["compression_ratio"]) for t in taus]
-        rows.append(
-            [
-                [x for t, r in zip(taus, ratios) for x in (t, r)],
-                [cell(a, method, t)["average"] for t in taus],
-                [cell(b, method, t)["average"] for t in taus],
-            ]
-        )
-    baselines = (("full", None), ("kvzip", 0.6), ("streaming_llm", 0.6), ("knorm", 0.6))
-    rows.append([[0.6] * 3, *([cell(run, m, v)["average"] for m, v in baselines] for run in (a, b))])
-    return rows
-
-
-def more_data_rows() -> list[list]:
-    """The demo with twice the oracle data (one run)."""
-    run = rec("cpu/demo_more_data.json")
-    rows = [[label("full"), [], [0], score(cell(run, "full"))]]
-    for method, tau in [("kvzap_mlp", t) for t in (-2.6, -1.6, -1.0)] + [("kvzap_linear", t) for t in (-2.6, -1.6)]:
-        c = cell(run, method, tau)
-        rows.append([label(method), [tau], [c["compression_ratio"]], score(c)])
-    streaming, knorm = cell(run, "streaming_llm", 0.6), cell(run, "knorm", 0.6)
-    ratios = (streaming["compression_ratio"], knorm["compression_ratio"])
-    return rows + [["StreamingLLM / Knorm", [0.6], [ratios], [streaming["average"], knorm["average"]]]]
-
-
-def oracle_ceiling_rows() -> list[list]:
-    return [
-        [r["scores"], [r["threshold"]], [r["compression_ratio"]], [r["average"], *r["average_ci"]]]
-        for r in rec("cpu/oracle_ceiling_demo.json")
-    ]
-
-
-def training_pairs_rows() -> list[list]:
-    """Both surrogates against their training pairs; the essays-only rows have no benchmark R² (NaN, printed –)."""
-    return [
-        [
-            r["sources"],
-            [r["n_pairs"]],
-            label(f"kvzap_{r['kind']}").removeprefix("KVzap-"),
-            [r["r2_mean"]],
-            "–" if math.isnan(r["r2_benchmark"]) else [r["r2_benchmark"]],
-            [r["threshold"]],
-            [r["average"], *r["average_ci"]],
-        ]
-        for r in rec("cpu/training_pairs.json")["rows"]
-    ]
-
-
-# --- benchmarks/README.md ---------------------------------------------------------------------------------------
-
-
-def oracle_rows() -> list[list]:
-    keys = ("ours_tokens_per_s", "ref_tokens_per_s", "plain_tokens_per_s", "ours_time_vs_plain")
-    keys += ("ours_peak_mb", "ref_peak_mb", "plain_peak_mb", "max_abs_diff_log_kvzip_plus")
-    return [[[r["context_tokens"]], *([r[k]] for k in keys)] for r in rec("cpu/oracle_demo.json")]
-
-
-def eviction_rows() -> list[list]:
-    keys = ("context_tokens", "compression_ratio", "bytes_vs_full", "bytes_vs_masking")
-    keys += ("decode_ms_vs_full", "decode_ms_vs_masking")
-    return [[[r[k]] for k in keys] for r in rec("cpu/eviction_demo.json")]
-
-
-def attention_rows() -> list[list]:
-    """Paper geometry (queries, decode, chunked prefill) and the demo model's decode from eviction_demo.json."""
-    queries, decode = rec("cpu/queries_paper.json"), rec("cpu/decode_paper.json")
-    prefill = rec("cpu/prefill_paper_16k.json")[0]
-    evictions = {(r["context_tokens"], r["target_ratio"]): r for r in rec("cpu/eviction_demo.json")}
-    demo = [evictions[key] for key in ((2048, 0.5), (2048, 0.75), (8192, 0.75))]
-    return [
-        [
-            [queries[0]["query_tokens"], *(q["compression_ratio"] for q in queries)],
-            [q["peak_mb_vs_full"] for q in queries],
-        ],
-        [[], [q["ms_vs_full"] for q in queries]],
-        [[d["compression_ratio"] for d in decode], [d["ms_vs_full"] for d in decode]],
-        [[prefill["compression_ratio"]], [prefill["prefill_peak_mb_vs_full"], prefill["prefill_ms_vs_full"]]],
-        [[d["compression_ratio"] for d in demo], [d["decode_ms_vs_full"] for d in demo]],
-    ]
-
-
-def serving_rows() -> list[list]:
-    keys = ("compression_ratio", "batch", "max_batch_vs_full", "bytes_per_row_vs_full", "tokens_per_s_vs_full")
-    runs = rec("cpu/serving.json") + rec("cpu/serving_2k.json")
-    # the label names a prompt length other than 1,024 tokens and the target ratio
-    labels = [
-        [r["prompt_tokens"]] * (r["prompt_tokens"] != 1024) + [r["target_ratio"]] * bool(r["target_ratio"])
-        for r in runs
-    ]
-    return [[names, *([r[k]] for k in keys)] for names, r in zip(labels, runs)]
-
-
-def aime_rows() -> list[list]:
-    """Batch 1 against batch 4; a greedy row's identical answers, and its largest per-row ratio gap where not 0."""
-    rows = []
-    for r in rec("cpu/aime_batching.json")["records"]:
-        greedy = r["sampling"] == "greedy"
-        identical = [r["identical_answers"], r["rollouts"]] + ([r["max_ratio_gap"]] if r["max_ratio_gap"] else [])
-        rows.append(
-            [
-                [r["compression_ratio"]] if r["method"] == "kvzap" and greedy else None,
-                [r["batch_1_s"]],
-                [r["batched_s"]],
-                [r["speedup"]],
-                identical if greedy else "–",
-            ]
-        )
-    return rows
-
-
-def prefill_peak(r: dict) -> float:
-    return r["prefill_peak_bytes"]["eviction"] / r["prefill_peak_bytes"]["full"]
-
-
-def h200_rows() -> list[list]:
-    by_context: dict[int, list[dict]] = {}
-    for r in rec("h200/gpu_decode.json"):
-        by_context.setdefault(r["context_tokens"], []).append(r)
-    return [
-        [
-            [context],
-            [r["compression_ratio"] for r in runs],
-            [r["kv_bytes_vs_full"] for r in runs],
-            [prefill_peak(r) for r in runs],
-        ]
-        for context, runs in by_context.items()
-    ]
-
-
-def slot_fill_rows() -> list[list]:
-    keys = ("threshold", "kvzap_ratio", "per_layer_fill_ratio", "all_layers_fill_ratio", "max_over_mean")
-    return [[r["mode"], *([r[k]] for k in keys)] for r in rec("cpu/slot_fill.json")["records"]]
-
-
-def essay_rows() -> list[list]:
-    """The demo's surrogates on held-out 2k-token essays, the bfloat16 run beside the AVX2 one: each machine's ratio,
-    then its score (for KVzap-MLP: the mean over seeds, then each seed's)."""
-    runs = [rec("cpu/essay_check_bf16.json")["cells"], rec("cpu/essay_check_avx2.json")["cells"]]
-
-    def machine_cells(cells: list[dict], kind: str, tau) -> list:
-        chosen = [c for c in cells if c["kind"] == kind and c["threshold"] == tau]
-        scores = [c["score"] for c in chosen]
-        return [[chosen[0]["ratio"]], [sum(scores) / len(scores), *scores] if kind == "mlp" else scores]
-
-    keys = [("full", None)] + [(kind, tau) for kind in ("linear", "mlp") for tau in (-2.6, -1.6, -1.0)]
-    return [
-        [None, None if tau is None else [tau], *(x for c in runs for x in machine_cells(c, kind, tau))]
-        for kind, tau in keys
-    ]
-
-
-def science_rows() -> list[list]:
-    """Each candidate's cells in benchmarks/demo_science.py's record: MLP mean over seeds, Linear, MLP - Linear."""
-    effects = rec("cpu/demo_science.json")["effects"]
-    keys = sorted({(e["rows"], e["score_dtype"], e["data"], e["setting"]) for e in effects}, key=science_order)
-    rows = []
-    for key in keys:
-        by_tau = {e["threshold"]: e for e in effects if (e["rows"], e["score_dtype"], e["data"], e["setting"]) == key}
-        taus = sorted(by_tau)
-        rows.append([*key, *([by_tau[t][field] for t in taus] for field in ("mlp_mean", "linear", "mlp_minus_linear"))])
-    return rows
-
-
-def science_order(key: tuple) -> tuple:
-    """The reference cell first, then one change from it at a time."""
-    rows, score_dtype, data, setting = key
-    return (rows != "demo", score_dtype != "float32", data != "bf16x2", setting != "paper", key)
-
-
 RESULTS, BENCHMARKS, PIPELINE = "docs/results.md", "benchmarks/README.md", "docs/pipeline.md"
-TABLES = {  # id: (doc, the text just before the table, the record's rows)
-    "demo-dtypes": (RESULTS, "## The demo in float32 and bfloat16", demo_dtype_rows),
-    "more-data": (RESULTS, "## Twice the oracle data", more_data_rows),
-    "oracle-ceiling": (RESULTS, "## What limits the 0.6 point", oracle_ceiling_rows),
-    "training-pairs": (RESULTS, "## Which training data the surrogates need", training_pairs_rows),
-    "oracle": (BENCHMARKS, "The oracle against kvpress's collection", oracle_rows),
-    "eviction": (BENCHMARKS, "Physical eviction", eviction_rows),
-    "attention": (BENCHMARKS, "## Pruned attention and chunked prefill", attention_rows),
-    "serving": (BENCHMARKS, "## Batched generation", serving_rows),
-    "aime": (BENCHMARKS, "its second thread.", aime_rows),  # the first table after the serving prose
-    "h200": (BENCHMARKS, "## On one GPU (H200)", h200_rows),
-    "slot-fill": (BENCHMARKS, "## What a per-token-slot engine can free", slot_fill_rows),
-    "essays": (RESULTS, "### Held-out essays at 2k tokens", essay_rows),
-    "science": (RESULTS, "### What moves KVzap-MLP against KVzap-Linear", science_rows),
-}
 
 
-@pytest.mark.parametrize("name", TABLES)
+@pytest.mark.parametrize("name", doc_tables.TABLES)
 def test_table_is_its_record(name):
-    path, marker, expected = TABLES[name]
-    assert row_mismatches(table(doc(path), marker), expected()) == []
+    """Each table is its record rendered (benchmarks/doc_tables.py), character for character."""
+    spec = doc_tables.TABLES[name]
+    printed = spec.printed(doc(spec.doc)).group(0)
+    assert printed == spec.render(), f"{spec.doc}: run `python benchmarks/doc_tables.py --fix` once the record is right"
 
 
 # --- prose: (doc, the claim as printed, the recorded values of its numbers in order) ------------------------------
@@ -600,13 +397,26 @@ def test_forecast_prose_is_its_command(tmp_path):
 
 def test_a_changed_number_is_caught():
     """One digit changed in a table row or a claim is reported, so the tests above are not vacuous."""
+    spec = doc_tables.TABLES["eviction"]
     row = "| 2048 | 0.49 | 0.53 | 0.52 | 1.00 | 0.79 |"
+    assert row in spec.render()
     edited = doc(BENCHMARKS).replace(row, row.replace("0.79", "0.81"))
-    assert edited != doc(BENCHMARKS)
-    assert row_mismatches(table(edited, "Physical eviction"), eviction_rows()) == [
-        "row 1 cell 6: 0.81 is not 0.7949617969681797"
-    ]
+    assert edited != doc(BENCHMARKS) and spec.printed(edited).group(0) != spec.render()
     claim = "shared the cores (682 ms per step)"
     assert mismatches(numbers(claim.replace("682", "680")), [SERVING["full"]["decode_ms_per_step"]]) != []
     assert not rounds_to("0.540", 0.5406) and rounds_to("0.540", 0.5404) and rounds_to("3e-5", 3.19e-5)
     assert numbers("Qwen3-8B at 16k, τ −2.6 over 5,046 pairs, 7.5k float32 2.4e-5") == ["-2.6", "5046", "2.4e-5"]
+
+
+def test_fix_rewrites_a_stale_table_and_only_it(tmp_path, monkeypatch):
+    """`doc_tables.py --fix` puts the rendering in place of a stale block, leaving the text around it alone."""
+    spec = doc_tables.TABLES["eviction"]
+    stale = doc(BENCHMARKS).replace("| 0.79 |", "| 0.81 |", 1)
+    (tmp_path / "benchmarks").mkdir()
+    (tmp_path / BENCHMARKS).write_text(stale, encoding="utf-8")
+    monkeypatch.setattr(doc_tables, "ROOT", tmp_path)
+    monkeypatch.setattr(doc_tables, "TABLES", {"eviction": spec})
+    monkeypatch.setattr(doc_tables, "rec", lambda name: json.loads((ROOT / "benchmarks" / name).read_text()))
+    assert doc_tables.fix() == ["eviction"]
+    assert (tmp_path / BENCHMARKS).read_text(encoding="utf-8") == doc(BENCHMARKS)
+    assert doc_tables.fix() == []

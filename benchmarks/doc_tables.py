@@ -1,0 +1,442 @@
+"""The tables of docs/results.md and benchmarks/README.md, rendered from their committed records.
+
+Each table is a header and rows of cells formatted here, and sits in its doc right after its marker text.
+`python benchmarks/doc_tables.py --fix` rewrites every table from its record; tests/test_docs_records.py holds each
+doc to the rendering, so a doc edited by hand or a record replaced without its table fails there. Records are read
+when a table is rendered, not at import."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS, BENCHMARKS = "docs/results.md", "benchmarks/README.md"
+BLOCK = re.compile(r"(?:^ *\|.*\|\n)+", re.MULTILINE)  # a Markdown table: consecutive lines of cells
+
+
+def rec(name: str):
+    """A committed record, by its path under benchmarks/."""
+    return json.loads((ROOT / "benchmarks" / name).read_text())
+
+
+def num(value: float, digits: int = 1) -> str:
+    """A number as the docs print it: fixed digits, a typographic minus."""
+    return f"{value:.{digits}f}".replace("-", "−")
+
+
+def signed(value: float, digits: int = 1) -> str:
+    return ("+" if value >= 0 else "") + num(value, digits)
+
+
+def joined(values, digits: int = 1) -> str:
+    return " / ".join(num(v, digits) for v in values)
+
+
+def times(value: float, digits: int = 2) -> str:
+    return f"{num(value, digits)}×"
+
+
+def score_ci(average: float, low: float, high: float) -> str:
+    return f"{num(average)} [{num(low)}, {num(high)}]"
+
+
+def cell(record: dict, method: str, value=None) -> dict:
+    """One evaluated cell of a demo record (the full cache has no value)."""
+    return next(c for c in record["cells"] if c["method"] == method and (value is None or c["value"] == value))
+
+
+# --- docs/results.md ---------------------------------------------------------------------------------------------
+
+DEMO_TAUS = (-2.6, -1.6, -1.0)
+NAMES = {"full": "full cache", "kvzap_linear": "KVzap-Linear", "kvzap_mlp": "KVzap-MLP"}
+BASELINES = (("full", None, "full cache"), ("kvzip", 0.6, "KVzip 0.6"))
+BASELINES += (("streaming_llm", 0.6, "StreamingLLM 0.6"), ("knorm", 0.6, "Knorm 0.6"))
+
+
+def demo_dtype_rows() -> list[list[str]]:
+    """The float32 (AVX2 kernels) and bfloat16 (AMX) demo runs side by side; the τ labels' ratios are the first
+    run's (the two agree to three decimals: test_both_dtypes_print_the_same_ratios)."""
+    runs = rec("cpu/demo_run_avx2.json"), rec("cpu/demo_run_amx.json")
+    stages = ("prepare", "oracle", "surrogates", "evaluation")
+    rows = [
+        ["install (empty pip cache, local PyPI mirror)", *(f"{r['install_s']:.0f} s" for r in runs)],
+        [" / ".join(stages), *(" / ".join(f"{r['stage_s'][s]:.0f}" for s in stages) + " s" for r in runs)],
+        ["`make demo`, install included", *(f"{r['total_s']:.0f} s" for r in runs)],
+        ["held-out R², Linear / MLP", *(joined((s["r2_mean"] for s in r["surrogates"]), 4) for r in runs)],
+    ]
+    for method in ("kvzap_linear", "kvzap_mlp"):
+        taus = " / ".join(f"{num(t)} ({cell(runs[0], method, t)['compression_ratio']:.3f})" for t in DEMO_TAUS)
+        rows.append(
+            [f"{NAMES[method]} at τ {taus}", *(joined(cell(r, method, t)["average"] for t in DEMO_TAUS) for r in runs)]
+        )
+    rows.append(
+        [
+            " / ".join(name for _, _, name in BASELINES),
+            *(joined(cell(r, m, v)["average"] for m, v, _ in BASELINES) for r in runs),
+        ]
+    )
+    return rows
+
+
+def more_data_rows() -> list[list[str]]:
+    """The demo with twice the oracle data (one run)."""
+    run = rec("cpu/demo_more_data.json")
+    rows = []
+    chosen = [("full", None)] + [("kvzap_mlp", t) for t in DEMO_TAUS] + [("kvzap_linear", t) for t in DEMO_TAUS[:2]]
+    for method, tau in chosen:
+        c = cell(run, method, tau)
+        ratio = "0" if tau is None else f"{c['compression_ratio']:.3f}"
+        score = score_ci(c["average"], c["ci_low:average"], c["ci_high:average"])
+        rows.append([NAMES[method], "–" if tau is None else num(tau), ratio, score])
+    streaming, knorm = cell(run, "streaming_llm", 0.6), cell(run, "knorm", 0.6)
+    ratios = {f"{c['compression_ratio']:.1f}" for c in (streaming, knorm)}
+    if len(ratios) != 1:
+        raise ValueError(f"the StreamingLLM / Knorm row prints one ratio for both, but they are {ratios}")
+    return rows + [["StreamingLLM / Knorm", "0.6", ratios.pop(), joined([streaming["average"], knorm["average"]])]]
+
+
+def oracle_ceiling_rows() -> list[list[str]]:
+    """KVzapPress fed the oracle's own scores, at each threshold."""
+    return [
+        [r["scores"], num(r["threshold"]), f"{r['compression_ratio']:.3f}", score_ci(r["average"], *r["average_ci"])]
+        for r in rec("cpu/oracle_ceiling_demo.json")
+    ]
+
+
+def training_pairs_rows() -> list[list[str]]:
+    """Both surrogates against their training pairs; the essays-only rows have no benchmark R² (NaN, printed –)."""
+    return [
+        [
+            r["sources"],
+            f"{r['n_pairs']:,}",
+            r["kind"].replace("linear", "Linear").replace("mlp", "MLP"),
+            f"{r['r2_mean']:.3f}",
+            "–" if math.isnan(r["r2_benchmark"]) else f"{r['r2_benchmark']:.3f}",
+            num(r["threshold"], 2),
+            score_ci(r["average"], *r["average_ci"]),
+        ]
+        for r in rec("cpu/training_pairs.json")["rows"]
+    ]
+
+
+def essay_rows() -> list[list[str]]:
+    """The demo's surrogates on held-out 2k-token essays, the bfloat16 run beside the AVX2 one: each machine's ratio,
+    then its score (for KVzap-MLP: the mean over seeds, then each seed's)."""
+    runs = rec("cpu/essay_check_bf16.json")["cells"], rec("cpu/essay_check_avx2.json")["cells"]
+
+    def machine(cells: list[dict], kind: str, tau) -> list[str]:
+        chosen = [c for c in cells if c["kind"] == kind and c["threshold"] == tau]
+        scores = [c["score"] for c in chosen]
+        ratio = "0" if kind == "full" else f"{chosen[0]['ratio']:.3f}"
+        if kind != "mlp":
+            return [ratio, num(scores[0])]
+        return [ratio, f"{num(sum(scores) / len(scores))} (seeds {joined(scores)})"]
+
+    keys = [("full", None)] + [(kind, tau) for kind in ("linear", "mlp") for tau in DEMO_TAUS]
+    return [
+        [
+            NAMES["full" if kind == "full" else f"kvzap_{kind}"],
+            "–" if tau is None else num(tau),
+            *(x for cells in runs for x in machine(cells, kind, tau)),
+        ]
+        for kind, tau in keys
+    ]
+
+
+def science_order(key: tuple) -> tuple:
+    """The reference cell first, then one change from it at a time."""
+    rows, score_dtype, data, setting = key
+    return (rows != "demo", score_dtype != "float32", data != "bf16x2", setting != "paper", key)
+
+
+def science_rows() -> list[list[str]]:
+    """Each candidate's cells in benchmarks/demo_science.py's record: MLP mean over seeds, Linear, MLP - Linear."""
+    effects = rec("cpu/demo_science.json")["effects"]
+    keys = sorted({(e["rows"], e["score_dtype"], e["data"], e["setting"]) for e in effects}, key=science_order)
+    rows = []
+    for key in keys:
+        by_tau = {e["threshold"]: e for e in effects if (e["rows"], e["score_dtype"], e["data"], e["setting"]) == key}
+        ordered = [by_tau[t] for t in sorted(by_tau)]
+        rows.append(
+            [
+                *key,
+                joined(e["mlp_mean"] for e in ordered),
+                joined(e["linear"] for e in ordered),
+                " / ".join(signed(e["mlp_minus_linear"]) for e in ordered),
+            ]
+        )
+    return rows
+
+
+# --- benchmarks/README.md ------------------------------------------------------------------------------------------
+
+
+def oracle_rows() -> list[list[str]]:
+    rows = []
+    for r in rec("cpu/oracle_demo.json"):
+        context = f"{r['context_tokens']}" + (" (the demo's passages)" if r["context_tokens"] == 512 else "")
+        speeds = [f"{r[k]:.1f}" for k in ("ours_tokens_per_s", "ref_tokens_per_s", "plain_tokens_per_s")]
+        peaks = [f"{r[k]:.0f}" for k in ("ours_peak_mb", "ref_peak_mb", "plain_peak_mb")]
+        diff = f"{r['max_abs_diff_log_kvzip_plus']:.1e}".replace("e-0", "e-")
+        rows.append([context, *speeds, times(r["ours_time_vs_plain"]), *peaks, diff])
+    return rows
+
+
+def eviction_rows() -> list[list[str]]:
+    keys = ("compression_ratio", "bytes_vs_full", "bytes_vs_masking", "decode_ms_vs_full", "decode_ms_vs_masking")
+    return [[str(r["context_tokens"]), *(f"{r[k]:.2f}" for k in keys)] for r in rec("cpu/eviction_demo.json")]
+
+
+def attention_rows() -> list[list[str]]:
+    """Paper geometry (queries, decode, chunked prefill) and the demo model's decode from eviction_demo.json."""
+    queries, decode = rec("cpu/queries_paper.json"), rec("cpu/decode_paper.json")
+    prefill = rec("cpu/prefill_paper_16k.json")[0]
+    evictions = {(r["context_tokens"], r["target_ratio"]): r for r in rec("cpu/eviction_demo.json")}
+    demo = [evictions[key] for key in ((2048, 0.5), (2048, 0.75), (8192, 0.75))]
+    ratios = joined((q["compression_ratio"] for q in queries), 2)
+    steps = " / ".join(f"{d['context_tokens'] // 1024}k pruned to {d['compression_ratio']:.2f}" for d in decode)
+    return [
+        [
+            f"{queries[0]['query_tokens']}-token forward over {queries[0]['context_tokens'] // 1024}k tokens pruned to "
+            f"{ratios}: extra peak memory",
+            joined((q["peak_mb_vs_full"] for q in queries), 3),
+        ],
+        ["the same: time", joined((q["ms_vs_full"] for q in queries), 2)],
+        [f"one-token decode step, one layer, at {steps}: time", joined((d["ms_vs_full"] for d in decode), 2)],
+        [
+            f"chunked prefill of {prefill['context_tokens'] // 1024}k tokens in {prefill['chunk_tokens'] // 1024}k "
+            f"chunks (removed {prefill['compression_ratio']:.2f}) vs whole-prompt prefill: peak / time",
+            joined([prefill["prefill_peak_mb_vs_full"], prefill["prefill_ms_vs_full"]], 2),
+        ],
+        [
+            "demo model, decode at 2k pruned to "
+            f"{demo[0]['compression_ratio']:.2f} / {demo[1]['compression_ratio']:.2f} / 8k pruned to "
+            f"{demo[2]['compression_ratio']:.2f} (`eviction.py`): time",
+            joined((d["decode_ms_vs_full"] for d in demo), 2),
+        ],
+    ]
+
+
+def _target(r: dict, key: str, verbose: bool) -> str:
+    """A KVzap row's gain against its target: met, or by how many rows the batch missed it."""
+    target = r["targets"][key]
+    met = r[key] >= target
+    verdict = "met" if met else "missed by a row"
+    return f" (target {num(target, 1)}×: {verdict})" if verbose else f" ({verdict})"
+
+
+def serving_rows() -> list[list[str]]:
+    """1,024-token prompts (serving.json), then 2,048 (serving_2k.json): full cache and KVzap at two targets."""
+    rows = []
+    for name, verbose in (("cpu/serving.json", True), ("cpu/serving_2k.json", False)):
+        for r in rec(name):
+            prefix = "" if r["prompt_tokens"] == 1024 else f"{r['prompt_tokens']:,}-token prompts: "
+            if r["target_ratio"]:
+                label = f"KVzap, τ for r ≈ {r['target_ratio']:g}" if verbose else f"KVzap, r ≈ {r['target_ratio']:g}"
+                cells = [
+                    f"{r['compression_ratio']:.3f}",
+                    str(r["batch"]),
+                    times(r["max_batch_vs_full"]) + _target(r, "max_batch_vs_full", verbose),
+                    f"{r['bytes_per_row_vs_full']:.3f}",
+                    times(r["tokens_per_s_vs_full"]) + _target(r, "tokens_per_s_vs_full", verbose),
+                ]
+            else:
+                label = "full cache"
+                cells = ["0", str(r["batch"]), times(1), "1.00", times(1)]
+            if prefix and not r["target_ratio"]:
+                prefix = f"{r['prompt_tokens']:,}-token prompts (`{Path(name).name}`): "
+            rows.append([prefix + label, *cells])
+    return rows
+
+
+def aime_rows() -> list[list[str]]:
+    """Batch 1 against batch 4; a greedy row's identical answers, and its largest per-row ratio gap where not 0."""
+    labels = {
+        ("full", "greedy"): "full cache, greedy",
+        ("full", "sampled"): "full cache, sampled (AIME's settings)",
+        ("kvzap", "sampled"): "KVzap, sampled",
+    }
+    rows = []
+    for r in rec("cpu/aime_batching.json")["records"]:
+        greedy = r["sampling"] == "greedy"
+        label = labels.get((r["method"], r["sampling"]))
+        if label is None:
+            label = f"KVzap (decoding, r = {r['compression_ratio']:.2f}), greedy"
+        identical = f"{r['identical_answers']} / {r['rollouts']}"
+        if r["max_ratio_gap"]:
+            identical += f" (ratios equal to {r['max_ratio_gap']:.0e})".replace("e-", "e-").replace("e-0", "e-")
+        rows.append(
+            [
+                label,
+                f"{r['batch_1_s']:.1f} s",
+                f"{r['batched_s']:.1f} s",
+                times(r["speedup"]),
+                identical if greedy else "–",
+            ]
+        )
+    return rows
+
+
+def h200_rows() -> list[list[str]]:
+    by_context: dict[int, list[dict]] = {}
+    for r in rec("h200/gpu_decode.json"):
+        by_context.setdefault(r["context_tokens"], []).append(r)
+    peak = lambda r: r["prefill_peak_bytes"]["eviction"] / r["prefill_peak_bytes"]["full"]  # noqa: E731
+    return [
+        [
+            f"{context:,}",
+            joined((r["compression_ratio"] for r in runs), 2),
+            joined((r["kv_bytes_vs_full"] for r in runs), 3),
+            joined((peak(r) for r in runs), 2),
+        ]
+        for context, runs in by_context.items()
+    ]
+
+
+def slot_fill_rows() -> list[list[str]]:
+    keys = ("kvzap_ratio", "per_layer_fill_ratio", "all_layers_fill_ratio")
+    return [
+        [r["mode"], num(r["threshold"]), *(f"{r[k]:.3f}" for k in keys), f"{r['max_over_mean']:.2f}"]
+        for r in rec("cpu/slot_fill.json")["records"]
+    ]
+
+
+# --- the tables ----------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Table:
+    doc: str  # the file, from the repository root
+    marker: str  # the text the table follows (its first table after it)
+    header: tuple[str, ...]
+    rows: Callable[[], list[list[str]]]
+
+    def render(self) -> str:
+        lines = [list(self.header), ["---"] * len(self.header), *self.rows()]
+        return "".join("|" + "|".join(f" {c} " if c else " " for c in cells) + "|\n" for cells in lines)
+
+    def printed(self, text: str) -> re.Match:
+        """The table as the doc prints it: the first block of table lines after the marker."""
+        start = text.index(self.marker) + len(self.marker)
+        found = BLOCK.search(text, start)
+        if found is None:
+            raise ValueError(f"{self.doc}: no table after {self.marker!r}")
+        return found
+
+
+TABLES = {
+    "demo-dtypes": Table(
+        RESULTS, "## The demo in float32 and bfloat16", ("", "AVX2 kernels, float32", "AMX, bfloat16"), demo_dtype_rows
+    ),
+    "more-data": Table(
+        RESULTS, "## Twice the oracle data", ("method", "τ", "compression ratio", "score [95 %]"), more_data_rows
+    ),
+    "oracle-ceiling": Table(
+        RESULTS,
+        "## What limits the 0.6 point",
+        ("scores", "τ", "compression ratio", "RULER-style niah_single_2 [95 %]"),
+        oracle_ceiling_rows,
+    ),
+    "training-pairs": Table(
+        RESULTS,
+        "## Which training data the surrogates need",
+        ("sources", "pairs", "surrogate", "held-out R²", "R² (benchmark)", "τ at 0.6", "accuracy at 0.6 [95 %]"),
+        training_pairs_rows,
+    ),
+    "essays": Table(
+        RESULTS,
+        "### Held-out essays at 2k tokens",
+        ("surrogate", "τ", "ratio, bfloat16", "score, bfloat16", "ratio, float32 (AVX2)", "score, float32 (AVX2)"),
+        essay_rows,
+    ),
+    "science": Table(
+        RESULTS,
+        "### What moves KVzap-MLP against KVzap-Linear",
+        ("rows", "score dtype", "oracle data", "MLP training", "KVzap-MLP, mean of 3 seeds", "KVzap-Linear")
+        + ("MLP − Linear",),
+        science_rows,
+    ),
+    "oracle": Table(
+        BENCHMARKS,
+        "The oracle against kvpress's collection",
+        ("oracle, context", "ours tok/s", "kvpress-collection tok/s", "plain forward tok/s")
+        + ("ours' time / plain forward's", "ours peak MB", "kvpress-collection peak MB", "plain peak MB")
+        + ("max abs diff (log)",),
+        oracle_rows,
+    ),
+    "eviction": Table(
+        BENCHMARKS,
+        "Physical eviction",
+        ("eviction, context", "ratio", "bytes vs full", "bytes vs masking", "decode time vs full")
+        + ("decode time vs masking",),
+        eviction_rows,
+    ),
+    "attention": Table(
+        BENCHMARKS,
+        "## Pruned attention and chunked prefill",
+        ("measurement (paper geometry unless said)", "pruned / dense"),
+        attention_rows,
+    ),
+    "serving": Table(
+        BENCHMARKS,
+        "## Batched generation",
+        ("serving at equal KV memory (5 full rows)", "removed", "batch", "batch vs full", "KV bytes per row vs full")
+        + ("tokens/s vs full",),
+        serving_rows,
+    ),
+    "aime": Table(
+        BENCHMARKS,
+        "its second thread.",  # the first table after the serving prose
+        ("AIME protocol, 2 problems × 4 rollouts, 32 new tokens", "batch 1", "batch 4", "speedup")
+        + ("identical greedy answers",),
+        aime_rows,
+    ),
+    "h200": Table(
+        BENCHMARKS,
+        "## On one GPU (H200)",
+        ("context", "removed", "KV held, eviction vs full", "prefill peak (above weights), eviction vs full"),
+        h200_rows,
+    ),
+    "slot-fill": Table(
+        BENCHMARKS,
+        "## What a per-token-slot engine can free",
+        ("mode", "τ", "KVzap's compression", "per-layer slots (max over heads)", "one table for all layers")
+        + ("max / mean kept, mean over layers",),
+        slot_fill_rows,
+    ),
+}
+
+
+def fix() -> list[str]:
+    """Rewrite every table from its record; returns the names of those that changed."""
+    changed = []
+    for name, spec in TABLES.items():
+        path = ROOT / spec.doc
+        text = path.read_text(encoding="utf-8")
+        found = spec.printed(text)
+        rendered = spec.render()
+        if found.group(0) != rendered:
+            path.write_text(text[: found.start()] + rendered + text[found.end() :], encoding="utf-8")
+            changed.append(name)
+    return changed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--fix", action="store_true", help="rewrite each doc's table from its record")
+    args = parser.parse_args()
+    if args.fix:
+        print("rewritten:", ", ".join(fix()) or "none")
+        return
+    for name, spec in TABLES.items():
+        print(f"{name} ({spec.doc}):\n{spec.render()}")
+
+
+if __name__ == "__main__":
+    main()
