@@ -7,8 +7,9 @@ Per engine: mean and peak running sequences, preemptions, output tokens/s, time 
 token (p50, p95; one scheduler step's resolution), the realised compression (the blocks the dense cache would hold for
 the running sequences / the blocks held), the accuracy of the answers (the demo's scorer, cut at the end token) and,
 for the first `--check-tokens` requests, whether the greedy tokens equal the transformers path's (dense, and under the
-plugin's fill policy: KVzapLayerFillPress, decoding=True), with where and by what logit margin any first differs. Each
-engine runs in .venv-vllm (`make setup-vllm`).
+plugin's fill policy: KVzapLayerFillPress, decoding=True; with `--layout per_head`, KVzap's own per-head verdicts:
+KVzapPress, decoding=True), with where and by what logit margin any first differs. `--layout per_layer per_head` serves
+both layouts against one dense engine. Each engine runs in .venv-vllm (`make setup-vllm`).
 
     cd benchmarks && python vllm_serving.py --workload decode-heavy --model-json <demo>/model.json \
         --surrogate <demo>/surrogates/linear --threshold -2.6 --out cpu/vllm_serving_decode.json
@@ -27,7 +28,7 @@ from transformers import DynamicCache
 
 import ruler_rows
 from kvzap.atomic import atomic_write_json
-from kvzap.pruning import KVzapLayerFillPress
+from kvzap.pruning import KVzapLayerFillPress, KVzapPress
 from kvzap.surrogate.model import resolve_folder
 from records import cpu_flags, output_file, positive_int, print_table
 from vllm_runs import add_engine_folder_argument, answers, demo_prompts, engine_folder, run_engine
@@ -75,6 +76,12 @@ def divergence(prompt: int, tokens: list[int], reference: list[int], logits: tup
     margin = logits[step][0, reference[step]] - logits[step][0, tokens[step]]
     return {"prompt": prompt, "step": step, "logit_margin": margin.item()}
 
+
+# the plugin's layouts: engine record file, record name, the transformers press its tokens are held to
+LAYOUTS = {
+    "per_layer": ("kvzap", "vLLM + KVzap", KVzapLayerFillPress),
+    "per_head": ("kvzap-per-head", "vLLM + KVzap (per head)", KVzapPress),
+}
 
 WORKLOADS = {  # name -> (RULER context length, requests, new tokens)
     "decode-heavy": ("1024", 64, 256),
@@ -185,6 +192,14 @@ def main() -> None:
         help="both engines admit a request when its first chunk fits (vLLM's scheduler_reserve_full_isl off), not "
         "only when its whole dense prompt does",
     )
+    parser.add_argument(
+        "--layout",
+        nargs="+",
+        choices=list(LAYOUTS),
+        default=["per_layer"],
+        help="the plugin's KV cache layout(s), each one engine against the same dense one: per_layer (the fill "
+        "policy, checked against KVzapLayerFillPress) or per_head (KVzap's own verdicts, checked against KVzapPress)",
+    )
     parser.add_argument("--out", type=output_file, required=True)
     add_engine_folder_argument(parser)
     args = parser.parse_args()
@@ -206,51 +221,68 @@ def main() -> None:
         engine |= {"scheduler_reserve_full_isl": False}
     kvzap = {"surrogate": str(checkpoint.resolve() if checkpoint else args.surrogate), "threshold": args.threshold}
     kvzap |= {"judge_chunks": True} if args.judge_chunks else {}
-    plugin = engine | {"additional_config": {"kvzap": kvzap}}
+    layouts = list(dict.fromkeys(args.layout))
+    # the per-layer engine's settings stay as they were before layouts (its cached records still match)
+    settings = {layout: kvzap | ({"layout": layout} if layout != "per_layer" else {}) for layout in layouts}
+    plugins = {layout: engine | {"additional_config": {"kvzap": settings[layout]}} for layout in layouts}
     with engine_folder(args.engine_folder) as folder:
-        dense = run_engine(folder, "dense", model_json["path"], prompts, engine, new_tokens)
-        pruned = run_engine(folder, "kvzap", model_json["path"], prompts, plugin, new_tokens)
+        runs = {"dense": run_engine(folder, "dense", model_json["path"], prompts, engine, new_tokens)}
+        for layout, plugin in plugins.items():
+            runs[layout] = run_engine(folder, LAYOUTS[layout][0], model_json["path"], prompts, plugin, new_tokens)
         # one request alone: the time per output token the plugin's judging adds when nothing queues
-        alone = [
-            run_engine(folder, f"{name}-alone", model_json["path"], prompts[:1], config, new_tokens)
-            for name, config in (("dense", engine), ("kvzap", plugin))
-        ]
-    records = [summary("dense vLLM", dense), summary("vLLM + KVzap", pruned)]
-    for record, one in zip(records, alone):
+        alone = {
+            key: run_engine(folder, f"{file}-alone", model_json["path"], prompts[:1], config, new_tokens)
+            for key, file, config in [("dense", "dense", engine)]
+            + [(layout, LAYOUTS[layout][0], plugin) for layout, plugin in plugins.items()]
+        }
+    names = {"dense": "dense vLLM"} | {layout: LAYOUTS[layout][1] for layout in layouts}
+    records = [summary(names[key], runs[key]) for key in names]
+    for record, key in zip(records, names):
+        one = alone[key]
         record["alone_tpot_s"], record["alone_step_p95_s"] = latencies(one)["tpot_p50_s"], step_gap_p95(one)
-    for record, run in zip(records, (dense, pruned)):
-        result = bench.score(rows.drop(columns=["context"]).assign(prediction=answers(model, tokenizer, run["tokens"])))
+        tokens = runs[key]["tokens"]
+        result = bench.score(rows.drop(columns=["context"]).assign(prediction=answers(model, tokenizer, tokens)))
         record["score"], record["score_ci"] = result["average"], result["average_ci"]
-    ratios, traces = [], {"dense vLLM": [], "vLLM + KVzap": []}
-    fill = lambda: KVzapLayerFillPress(str(args.surrogate), threshold=args.threshold, decoding=True)  # noqa: E731
+    ratios, traces = {layout: [] for layout in layouts}, {key: [] for key in names}
+
+    def reference(key: str):
+        """The transformers press an engine's tokens are held to: None for dense, else the layout's policy."""
+        if key == "dense":
+            return None
+        return LAYOUTS[key][2](str(args.surrogate), threshold=args.threshold, decoding=True)
+
     for k, prompt in enumerate(prompts):
-        checked = (("dense vLLM", dense, None), ("vLLM + KVzap", pruned, fill())) if k < args.check_tokens else ()
-        for name, run, reference_press in checked:
+        for key in names if k < args.check_tokens else ():
+            run, reference_press = runs[key], reference(key)
             steps = engine_steps(run, k) if reference_press is not None and args.judge_chunks else None
             if reference_press is not None and args.judge_chunks and steps is None:
-                traces[name].append({"prompt": k, "preempted": "recomputed: not compared"})
+                traces[key].append({"prompt": k, "preempted": "recomputed: not compared"})
                 continue
-            reference, logits = greedy(model, prompt, new_tokens, reference_press, steps)
-            traces[name].append(divergence(k, run["tokens"][k], reference, logits))
-        press = fill()  # the logical ratio: the prompt judged whole, as one forward
-        with torch.no_grad(), press(model):
-            model(torch.tensor([prompt]))
-        ratios.append(press.compression_ratio)
-    records[1]["kvzap_ratio"] = sum(ratios) / len(ratios)  # the fill policy's (per layer), each prompt judged whole
-    records[1]["logical_compression"] = 1 / (1 - records[1]["kvzap_ratio"])
+            tokens, logits = greedy(model, prompt, new_tokens, reference_press, steps)
+            traces[key].append(divergence(k, run["tokens"][k], tokens, logits))
+        for layout in layouts:
+            press = reference(layout)  # the logical ratio: the prompt judged whole, as one forward
+            with torch.no_grad(), press(model):
+                model(torch.tensor([prompt]))
+            ratios[layout].append(press.compression_ratio)
+    for record, key in zip(records[1:], layouts):
+        # the layout's policy (per layer: the fill; per head: KVzap's own), each prompt judged whole
+        record["kvzap_ratio"] = sum(ratios[key]) / len(ratios[key])
+        record["logical_compression"] = 1 / (1 - record["kvzap_ratio"])
     checked = min(args.check_tokens, len(prompts))
-    for record, name in zip(records, traces):
-        differ = [t for t in traces[name] if t]
+    for record, key in zip(records, names):
+        differ = [t for t in traces[key] if t]
         record["same_tokens_as_transformers"] = f"{checked - len(differ)}/{checked}"
         record["divergences"] = differ
     print_table(records, COLUMNS)
-    ratio = lambda key: records[1][key] / records[0][key]  # noqa: E731
-    print(
-        f"{args.workload} at tau {args.threshold} (fill ratio {records[1]['kvzap_ratio']:.3f}): "
-        f"mean running {ratio('mean_running'):.2f}x, output tokens/s {ratio('output_tokens_per_s'):.2f}x, "
-        f"alone: TPOT {ratio('alone_tpot_s'):.2f}x, step p95 {ratio('alone_step_p95_s'):.2f}x dense; "
-        f"accuracy {records[0]['score']} dense, {records[1]['score']} KVzap"
-    )
+    for record in records[1:]:
+        ratio = lambda key: record[key] / records[0][key]  # noqa: E731
+        print(
+            f"{record['engine']}: {args.workload} at tau {args.threshold} (ratio {record['kvzap_ratio']:.3f}): "
+            f"mean running {ratio('mean_running'):.2f}x, output tokens/s {ratio('output_tokens_per_s'):.2f}x, "
+            f"alone: TPOT {ratio('alone_tpot_s'):.2f}x, step p95 {ratio('alone_step_p95_s'):.2f}x dense; "
+            f"accuracy {records[0]['score']} dense, {record['score']} KVzap"
+        )
     record = {"args": {k: str(v) for k, v in vars(args).items()}, "prompt_tokens": list(map(len, prompts))}
     record["machine"] = {"cpu_flags": cpu_flags(), "processor": platform.processor()}
     atomic_write_json(args.out, {**record, "new_tokens": new_tokens, "records": records})

@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +22,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from family_models import build
+from kvzap.pruning import KVzapPress
 from kvzap.surrogate.model import Surrogate
 from tiny_models import TEXT, tiny_tokenizer
 from vllm_served import (
@@ -169,24 +171,81 @@ def test_pruning_in_vllm_generates_the_transformers_tokens_and_frees_the_blocks(
         assert 0 < press.compression_ratio < 0.9, press.compression_ratio  # it pruned, decoding too
 
 
+def per_head_groups(record: dict, config) -> list[tuple[int, int]]:
+    """(layer, KV head) of each KV cache group of a per-head engine's record; every pair has exactly one group."""
+    names = [re.fullmatch(r"model\.layers\.(\d+)\.self_attn\.attn\.h(\d+)", group[0]) for group in record["groups"]]
+    assert all(names) and all(len(group) == 1 for group in record["groups"]), record["groups"][:3]
+    sources = [(int(found.group(1)), int(found.group(2))) for found in names]
+    heads = config.num_key_value_heads
+    assert sorted(sources) == [(layer, head) for layer in range(config.num_hidden_layers) for head in range(heads)]
+    return sources
+
+
 @needs_vllm
+def test_the_per_head_layout_generates_kvzaps_own_tokens_and_frees_each_heads_blocks(served):
+    """With `"layout": "per_head"` each (layer, KV head) is its own KV cache group, judged by KVzap's own rule (keep
+    an entry iff its score >= tau once out of the window) with no fill: the engine generates KVzapPress's greedy
+    tokens (decoding=True, the same window and threshold), removes the same entries per (request, layer, head),
+    and each head holds exactly the blocks its kept entries fill. For each of the paper's families."""
+    prompts = [served.prompts[0], served.prompts[0][100:], served.prompts[1]]
+    new_tokens = 150  # past the window for the short prompt too
+    tau = score_quantile(served, 0.6)  # every head keeps ~40 %
+    settings = {"surrogate": str(served.folder / "surrogate"), "threshold": tau, "layout": "per_head"}
+    extra = ("--max-tokens", str(new_tokens), "--ignore-eos")
+    record = run_engine(served, "per-head", prompts, settings, {"block_size": 32}, extra)
+
+    sources = per_head_groups(record, served.model.config)
+    held, dense = (sum(x) for x in zip(*assert_blocks_fit_the_kept_entries(record).values()))
+    assert held < 0.9 * dense, (held, dense)
+    assert record["preemptions"] == []
+    uneven = 0
+    for row, prompt in enumerate(prompts):
+        tokens, press = press_generate(served, prompt, tau, new_tokens, KVzapPress)
+        assert record["tokens"][row] == tokens, row
+        removed = {layer: counts[0][0] for layer, counts in press.removed_counts.items()}  # (H,) per layer
+        assert [int(removed[layer][head]) for layer, head in sources] == record["removed"][str(row)], row
+        uneven += sum(bool((removed[layer] != removed[layer][0]).any()) for layer in removed)
+        assert 0 < press.compression_ratio < 0.9, press.compression_ratio
+    assert uneven > 0  # some layer's heads kept different counts: no fill
+
+
+@needs_vllm
+def test_the_per_head_layout_keeping_every_entry_generates_plain_vllms_tokens(served):
+    """A threshold below every score: each (layer, KV head) has its own KV cache group and the compaction runs, but
+    keeps every entry, so the per-head attention layers over their own caches generate plain vLLM's greedy tokens.
+    (At tau = -inf the plugin does not prune, and the engine keeps vLLM's own layout.)"""
+    extra, engine = ("--max-tokens", "40", "--ignore-eos"), {"block_size": 32}
+    plain = run_engine(served, "plain-40", served.prompts, None, engine, extra)
+    settings = {"surrogate": str(served.folder / "surrogate"), "threshold": -1e30, "layout": "per_head"}
+    record = run_engine(served, "per-head-all", served.prompts, settings, engine, extra)
+    per_head_groups(record, served.model.config)
+    assert record["removed"] and all(count == 0 for counts in record["removed"].values() for count in counts)
+    assert record["tokens"] == plain["tokens"]
+
+
+@needs_vllm
+@pytest.mark.parametrize("per_head", [False, True], ids=["per_layer", "per_head"])
 @pytest.mark.parametrize(("per_step", "prompt_chunk"), [(1, None), (3, None), (7, None), (1, 7), (3, 5)])
-def test_the_compaction_holds_exactly_what_each_judgement_keeps(tmp_path, per_step, prompt_chunk):
+def test_the_compaction_holds_exactly_what_each_judgement_keeps(tmp_path, per_step, prompt_chunk, per_head):
     """The compaction driven without an engine (tests/vllm/judge_steps.py): a prompt prefilled whole or in chunks
     that are each judged (`judge_chunks`), then decoding tokens arriving 1, 3 or 7 per step, the tokens leaving the
     window at each step one judgement: each (layer, head) holds in its front slots exactly the positions the fill
-    policy keeps, and its block table exactly the blocks they fill. Several tokens leaving in one step were an
-    engine-killing RuntimeError."""
+    policy keeps (per head: KVzap's own verdicts, each head its own KV cache group), and its block table exactly the
+    blocks they fill. Several tokens leaving in one step were an engine-killing RuntimeError."""
     out = tmp_path / "judged.json"
     command = [str(VLLM_PYTHON), str(ROOT / "tests" / "vllm" / "judge_steps.py"), "--per-step", str(per_step)]
     command += ["--prompt-chunk", str(prompt_chunk)] if prompt_chunk else []
+    command += ["--per-head"] if per_head else []
     run = subprocess.run([*command, "--out", str(out)], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-4000:]
     record = json.loads(out.read_text())
     assert record["held"] == record["kept"]
-    assert 0 < min(record["removed"])  # every layer dropped some
-    fill = [-(-len(layer[0]) // 4) for layer in record["kept"]]  # blocks of 4 slots
+    assert 0 < min(record["removed"])  # every group dropped some
+    fill = [-(-len(group[0]) // 4) for group in record["kept"]]  # blocks of 4 slots
     assert record["blocks"] == record["table_blocks"] == fill
+    if per_head:  # KVzap's verdicts, not the fill's: some layer's two heads keep different counts
+        counts = [len(group[0]) for group in record["kept"]]
+        assert len(counts) == 6 and any(a != b for a, b in zip(counts[::2], counts[1::2]))
 
 
 @needs_vllm
@@ -345,6 +404,26 @@ def test_settings_read_the_kvzap_section():
         not settings.judge_chunks
         and KVzapSettings.read({"kvzap": {"surrogate": "s", "judge_chunks": True}}).judge_chunks
     )
+    assert settings.layout == "per_layer"
+    assert KVzapSettings.read({"kvzap": {"surrogate": "s", "layout": "per_head"}}).layout == "per_head"
+
+
+@pytest.mark.parametrize(("groups", "held"), [(1, 60), (30, 2), (90, 2 / 3)])
+def test_the_footprint_counts_per_layer_blocks_whatever_the_groups(groups, held):
+    """One group (a pool block spans the 30 layers), a group per layer, a group per (layer, KV head) with 3 heads:
+    2 pool blocks in use are 60, 2 and 2/3 per-layer blocks; the dense count is the running tokens' blocks per layer."""
+    from kvzap_vllm.metrics import footprint
+
+    config = SimpleNamespace(
+        num_blocks=11, kv_cache_groups=[SimpleNamespace(kv_cache_spec=SimpleNamespace(block_size=32))] * groups
+    )
+    pool = SimpleNamespace(get_num_free_blocks=lambda: 8)  # 2 in use, and vLLM's null block
+    scheduler = SimpleNamespace(
+        kv_cache_config=config,
+        kv_cache_manager=SimpleNamespace(block_pool=pool),
+        running=[SimpleNamespace(num_computed_tokens=33), SimpleNamespace(num_computed_tokens=32)],
+    )
+    assert footprint(scheduler, 30) == (pytest.approx(held), 3 * 30)
 
 
 @pytest.mark.parametrize(
@@ -357,6 +436,7 @@ def test_settings_read_the_kvzap_section():
         ({"surrogate": "s", "window": -1}, "an integer >= 0"),
         ({"surrogate": "s", "record_scores": "yes"}, "true or false"),
         ({"surrogate": "s", "judge_chunks": 1}, '["judge_chunks"]: true or false'),
+        ({"surrogate": "s", "layout": "per-head"}, "[\"layout\"]: one of ['per_layer', 'per_head']"),
         ("s", "must be a mapping"),
     ],
 )

@@ -12,7 +12,7 @@ import torch
 
 from kvzap.introspection import attention_modules
 from kvzap.prepare import models
-from kvzap.pruning import KVzapLayerFillPress
+from kvzap.pruning import KVzapLayerFillPress, KVzapPress
 from kvzap.surrogate.model import Surrogate
 from tiny_models import TEXT
 
@@ -67,9 +67,12 @@ def score_quantile(served, q: float) -> float:
     return scores.quantile(q).item()
 
 
-def press_generate(served, prompt: list[int], tau: float, new_tokens: int) -> tuple[list[int], KVzapLayerFillPress]:
-    """The transformers path under the plugin's fill policy: greedy tokens, and the press that pruned them."""
-    press = KVzapLayerFillPress(str(served.folder / "surrogate"), threshold=tau, decoding=True)
+def press_generate(
+    served, prompt: list[int], tau: float, new_tokens: int, press_class: type = KVzapLayerFillPress
+) -> tuple[list[int], KVzapPress]:
+    """The transformers path under the plugin's fill policy (or, with press_class=KVzapPress, KVzap's own per-head
+    verdicts, as the per-head layout prunes): greedy tokens, and the press that pruned them."""
+    press = press_class(str(served.folder / "surrogate"), threshold=tau, decoding=True)
     with torch.no_grad(), press(served.model):
         # no stop and no ban: the end token is one more token, as under vLLM's ignore_eos
         out = served.model.generate(

@@ -1,8 +1,9 @@
 """Run inside the vLLM environment (.venv-vllm), one engine per process: greedy generation of the prompts, with the
 KVzap plugin (--kvzap SETTINGS_JSON) or without, written as JSON; with record_scores, the scores the plugin computed
 for the generation (not the engine's start-up dummy runs) are saved beside it with torch.save. The record also
-lists the pruning scheduler's block cuts, the entries removed per layer, the preemptions, and each request's tokens
-scheduled per step (its prefill chunks, then one per decoding step)."""
+lists the KV cache groups (their attention layer names), the pruning scheduler's block cuts, the entries removed per
+group, the preemptions, and each request's tokens scheduled per step (its prefill chunks, then one per decoding
+step)."""
 
 import argparse
 import json
@@ -50,13 +51,14 @@ def main() -> None:
     pool = scheduler.kv_cache_manager.block_pool
     record["blocks"] = {"total": scheduler.kv_cache_config.num_blocks, "free_after": pool.get_num_free_blocks()}
     record["block_size"] = scheduler.kv_cache_config.kv_cache_groups[0].kv_cache_spec.block_size
+    record["groups"] = [group.layer_names for group in scheduler.kv_cache_config.kv_cache_groups]
     request = {o.request_id: i for i, o in enumerate(outputs)}
 
     def row(request_id: str) -> int:  # the engine suffixes its own ids: "<id>-<random>"
         return request.get(request_id, request.get(request_id.rsplit("-", 1)[0]))
 
     record["shrinks"] = [(row(r), *rest) for r, *rest in shrinks]
-    record["removed"] = {row(r): removed for r, removed in posts.items()}  # per layer, after the last forward
+    record["removed"] = {row(r): removed for r, removed in posts.items()}  # per group, after the last forward
     record["preemptions"] = [(row(r), tokens) for r, tokens in preemptions]
     record["scheduled"] = {row(r): counts for r, counts in schedule.items()}
     if has_scorer:

@@ -1,6 +1,8 @@
 """One KV cache group per attention layer, so each layer has its own block table and holds blocks for its own kept
 entries: vLLM puts all layers of a dense model in one group, whose single block table would have to keep what the
-most-keeping layer keeps (step 0: 1.00-1.05x the sequences). The groups share one block pool."""
+most-keeping layer keeps (step 0: 1.00-1.05x the sequences). The groups share one block pool. With the per-head
+layout each (layer, KV head) is an attention layer of its own (kvzap_vllm.heads), so the same rule gives each head
+its own group."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """What the worker's compaction tells the scheduler: per request, how many entries each KV cache group (one per
-layer) has removed. vLLM runs the scheduler and a single worker in one process (the engine core with its in-process
-executor; the refusals keep it so), so one object here carries the counts from a step's forward to the next schedule."""
+layer, or per (layer, KV head)) has removed. vLLM runs the scheduler and a single worker in one process (the engine
+core with its in-process executor; the refusals keep it so), so one object here carries the counts from a step's
+forward to the next schedule."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""The scheduler's block accounting for one layer's group: a request holds blocks for the entries the layer keeps,
-not for every token it has seen. Allocation counts `num_tokens - removed`; after a step's compaction, the blocks past
-the kept entries go back to the pool (the worker shortens its block table by the same count)."""
+"""The scheduler's block accounting for one layer's group (one KV head's, in the per-head layout): a request holds
+blocks for the entries the group keeps, not for every token it has seen. Allocation counts `num_tokens - removed`;
+after a step's compaction, the blocks past the kept entries go back to the pool (the worker shortens its block table
+by the same count)."""
 
 from __future__ import annotations
 

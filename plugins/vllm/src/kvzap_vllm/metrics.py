@@ -22,13 +22,15 @@ from kvzap.atomic import atomic_write_text
 ENV = "KVZAP_METRICS_FILE"
 
 
-def footprint(scheduler, layers: int) -> tuple[int, int]:
-    """(per-layer blocks held, per-layer blocks the dense cache would hold) for the scheduler's running requests;
-    with one KV cache group per layer a pool block is one layer's block, with one group a block spans every layer."""
+def footprint(scheduler, layers: int) -> tuple[float, int]:
+    """(per-layer blocks held, per-layer blocks the dense cache would hold) for the scheduler's running requests. A
+    pool block spans layers / groups layers: every layer with one KV cache group, one layer with a group per layer, a
+    1/H of a layer with a group per (layer, KV head) (kvzap_vllm.heads), where the held count may be fractional."""
     config = scheduler.kv_cache_config
     size = config.kv_cache_groups[0].kv_cache_spec.block_size
     pool = scheduler.kv_cache_manager.block_pool
-    held = (config.num_blocks - 1 - pool.get_num_free_blocks()) * (layers // len(config.kv_cache_groups))
+    used, groups = config.num_blocks - 1 - pool.get_num_free_blocks(), len(config.kv_cache_groups)
+    held = used * layers // groups if used * layers % groups == 0 else used * layers / groups
     dense = sum(-(-r.num_computed_tokens // size) for r in scheduler.running) * layers
     return held, dense
 

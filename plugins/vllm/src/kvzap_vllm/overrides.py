@@ -1,8 +1,9 @@
 """The model overrides: each subclasses vLLM's own class for an architecture and, when the engine's
 additional_config has a `kvzap` section, refuses what KVzap cannot serve under, loads the surrogate as KVzapPress
 loads it (a folder, our Hub repos or nvidia/KVzap-*), checks it against the model and attaches the scorer. With a
-finite threshold it also sets the engine up to prune: one KV cache group per layer, the worker's compaction and the
-pruning scheduler (the model is built before the KV cache and the scheduler, in the same process)."""
+finite threshold it also sets the engine up to prune: one KV cache group per layer (with `"layout": "per_head"`, per
+(layer, KV head): each layer's attention is split per KV head first), the worker's compaction and the pruning
+scheduler (the model is built before the KV cache and the scheduler, in the same process)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from vllm.model_executor.models.qwen2 import Qwen2ForCausalLM
 from vllm.model_executor.models.qwen3 import Qwen3ForCausalLM
 
 from kvzap.surrogate.model import Surrogate
-from kvzap_vllm import groups, pruner
+from kvzap_vllm import groups, heads, pruner
 from kvzap_vllm.architectures import ARCHITECTURES
 from kvzap_vllm.refusals import pruning_refusal, refusal, sliding_refusal
 from kvzap_vllm.scoring import Scorer
@@ -39,6 +40,8 @@ def attach_scorer(model, vllm_config, architecture: str) -> Scorer | None:
     layers = range(decoder.start_layer, decoder.end_layer)  # this pipeline stage's layers
     scorer = Scorer(surrogate, settings)
     scorer.attach({i: decoder.layers[i].self_attn for i in layers})
+    if prunes(vllm_config) and settings.layout == "per_head":  # before the KV cache spec is read from the layers
+        heads.split_heads({i: decoder.layers[i].self_attn for i in layers}, vllm_config)
     if prunes(vllm_config):
         groups.install()
         pruner.install()

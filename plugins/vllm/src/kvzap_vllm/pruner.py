@@ -1,10 +1,12 @@
 """The worker side of the pruning, on vLLM's CPU attention backend. Each layer is its own KV cache group (one block
-table per layer, kvzap_vllm.groups), and each layer's entries are packed at the front of its blocks:
+table per layer, kvzap_vllm.groups), or with the per-head layout each (layer, KV head) (kvzap_vllm.heads), and each
+group's entries are packed at the front of its blocks:
 
 - after a forward, the tokens that left the window are judged with the fill policy (kvzap.fill.layer_fill: every
-  head of a layer keeps as many as its most-keeping head), the kept entries are moved in place to the front slots,
-  the layer's block table is cut to the blocks they fill, and the counts go to the scheduler (kvzap_vllm.ledger);
-- before a forward, each layer's attention gets its own sequence lengths (kept + window + new) and write slots.
+  head of a group keeps as many as its most-keeping head; a per-head group has one head, so this is KVzap's own
+  verdict, score >= threshold), the kept entries are moved in place to the front slots, the group's block table is
+  cut to the blocks they fill, and the counts go to the scheduler (kvzap_vllm.ledger);
+- before a forward, each group's attention gets its own sequence lengths (kept + window + new) and write slots.
 
 A slot holds one entry per KV head, and the heads of a layer may hold different tokens in the same slot: attention
 over a (request, head) is a sum over its entries in any order, and the keys are cached already rotated, so the
@@ -16,7 +18,6 @@ window per decoding step, and a dropped one's slot takes the newest token (one e
 
 from __future__ import annotations
 
-import re
 from copy import copy
 from dataclasses import dataclass
 
@@ -27,18 +28,12 @@ from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
 from kvzap.fill import layer_fill
 from kvzap_vllm.architectures import ARCHITECTURES
+from kvzap_vllm.heads import group_source
 from kvzap_vllm.layout import entry_offsets
 from kvzap_vllm.ledger import LEDGER
 from kvzap_vllm.refusals import attention_refusal, refusal
 from kvzap_vllm.requests import request_threshold
 from kvzap_vllm.settings import KVzapSettings, prunes
-
-
-def _layer_index(layer_names: list[str]) -> int:
-    found = re.search(r"layers\.(\d+)\.", layer_names[0]) if len(layer_names) == 1 else None
-    if found is None:
-        raise ValueError(f"KVzap needs one attention layer per KV cache group, got a group of {layer_names}.")
-    return int(found.group(1))
 
 
 @dataclass
@@ -47,7 +42,7 @@ class RequestPruning:
     on) the slot of each unjudged position, in position order."""
 
     removed: np.ndarray  # (G,) int64
-    pending: torch.Tensor  # (G, H, seen - judged) scores
+    pending: torch.Tensor  # (G, H, seen - judged) scores; H = 1 in the per-head layout
     threshold: float  # the request's own (kvzap_vllm.requests), else the engine's
     judged: int = 0  # positions below are settled
     slots: np.ndarray | None = None  # (G, seen - judged); None while every layer holds position p at slot p
@@ -62,7 +57,7 @@ class Pruner:
         settings = self.scorer.settings
         self.threshold, self.window, self.judge_chunks = settings.threshold, settings.window, settings.judge_chunks
         groups = runner.kv_cache_config.kv_cache_groups
-        self.layers = [_layer_index(group.layer_names) for group in groups]
+        self._read_groups([group_source(group.layer_names) for group in groups])
         context = runner.compilation_config.static_forward_context
         caches = [context[group.layer_names[0]].kv_cache for group in groups]
         self.block_size = groups[0].kv_cache_spec.block_size
@@ -81,6 +76,17 @@ class Pruner:
                 builder.build = self._lengths(gid, builder.build)
         self._execute_model = runner.execute_model
         runner.execute_model = self._execute
+
+    def _read_groups(self, sources: list[tuple[int, int | None]]) -> None:
+        """Which scores each KV cache group judges: sources[g] = (layer, None) judges every head of the layer's
+        scores (the per-layer layout), (layer, head) that head's column only (the per-head layout)."""
+        self.layers = [layer for layer, _ in sources]
+        heads = [head for _, head in sources]
+        if len({head is None for head in heads}) > 1:
+            raise ValueError(f"KVzap: the KV cache groups mix per-layer and per-head layers: {sources}.")
+        self.scored = sorted(set(self.layers))  # the layers whose scores are stacked, in this order
+        rows = torch.tensor([self.scored.index(layer) for layer in self.layers])
+        self.columns = None if heads[0] is None else (rows, torch.tensor(heads))
 
     # before the forward -------------------------------------------------------------------------------------------
     def _slot_mapping(self, num_reqs: int, query_start_loc: torch.Tensor, positions: torch.Tensor) -> None:
@@ -131,7 +137,12 @@ class Pruner:
     # after the forward ------------------------------------------------------------------------------------------
     def _judge(self, scheduled: dict[str, int]) -> None:
         batch = self.runner.input_batch
-        scores = torch.stack([self.scorer.latest[layer] for layer in self.layers]).float()  # (G, tokens, H)
+        if self.columns is None:
+            scores = torch.stack([self.scorer.latest[layer] for layer in self.layers]).float()  # (G, tokens, H)
+        else:  # each group one head's column: (G, tokens, 1)
+            rows, heads = self.columns
+            scored = torch.stack([self.scorer.latest[layer] for layer in self.scored])  # (layers, tokens, H)
+            scores = scored[rows, :, heads].unsqueeze(-1).float()
         moves: list[tuple[int, int, int, int, int]] = []  # (group, source block, offset, target block, offset)
         offset = 0
         for request_id in batch.req_ids:

@@ -8,6 +8,8 @@ from dataclasses import dataclass, fields
 
 from kvzap.window import WINDOW
 
+LAYOUTS = ("per_layer", "per_head")  # the KV cache groups a pruning engine gets: one per layer, or per (layer, head)
+
 
 @dataclass(frozen=True)
 class KVzapSettings:
@@ -19,6 +21,10 @@ class KVzapSettings:
     # the whole prompt once its prefill is complete: a long prompt never holds its whole dense cache, but its verdicts
     # then depend on where the scheduler cut its chunks (its token budget, the queue)
     judge_chunks: bool = False
+    # "per_layer": one KV cache group per layer, its heads filled to the most-keeping head's count (kvzap.fill);
+    # "per_head": one group per (layer, KV head), each head keeping exactly KVzap's verdicts (kvzap_vllm.heads).
+    # Read only when pruning: at threshold -inf the engine keeps vLLM's own cache layout
+    layout: str = "per_layer"
 
     @classmethod
     def read(cls, additional_config) -> KVzapSettings | None:
@@ -46,7 +52,10 @@ class KVzapSettings:
         for name, value in flags.items():
             if not isinstance(value, bool):
                 raise ValueError(f'additional_config["kvzap"]["{name}"]: true or false, got {value!r}.')
-        return cls(section["surrogate"], float(threshold), window, **flags)
+        layout = section.get("layout", "per_layer")
+        if layout not in LAYOUTS:
+            raise ValueError(f'additional_config["kvzap"]["layout"]: one of {list(LAYOUTS)}, got {layout!r}.')
+        return cls(section["surrogate"], float(threshold), window, **flags, layout=layout)
 
 
 def prunes(vllm_config) -> bool:
