@@ -542,6 +542,25 @@ def test_the_plugin_readmes_serving_tables_and_claims_are_the_records(workload):
         assert sentence in " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
 
 
+def test_the_plugin_readmes_per_head_table_and_claims_are_the_record():
+    """The per-head layout against the per-layer plugin, in one run: the table rendered, the ratios the text gives."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from vllm_serving import readme_table
+
+    record = json.loads((ROOT / "benchmarks" / "cpu" / "vllm_serving_decode_per_head.json").read_text())
+    text = (ROOT / "plugins" / "vllm" / "README.md").read_text(encoding="utf-8")
+    assert readme_table(record) in text
+    dense, layer, head = record["records"]
+    ratio = lambda key: head[key] / layer[key]  # noqa: E731
+    claims = [
+        f"per head holds {ratio('mean_running'):.2f}× the per-layer plugin's mean running sequences",
+        f"{ratio('output_tokens_per_s'):.2f}× the per-layer plugin's output tokens/s",
+        f"realised compression of {head['realised_compression']:.2f}× against {layer['realised_compression']:.2f}×",
+        f"{head['score']:.1f} against {layer['score']:.1f}",
+    ]
+    assert [claim for claim in claims if claim not in " ".join(text.split())] == []
+
+
 NAMES = {"linear": "Linear", "mlp": "MLP"}  # the surrogates as the README names them
 
 
