@@ -524,22 +524,17 @@ def test_the_plugin_readmes_serving_tables_and_claims_are_the_records(workload):
     assert readme_table(record) in text
     flat = " ".join(text.split())
     assert [claim for claim in serving_claims(record) if claim not in flat] == []
-    if workload == "decode":  # the project README's headline
-        dense, kvzap = record["records"]
-        headline = (
-            f"it keeps {kvzap['mean_running'] / dense['mean_running']:.2f}× the mean running sequences of dense vLLM "
-            f"at one KV memory, gives {kvzap['output_tokens_per_s'] / dense['output_tokens_per_s']:.2f}× its output "
-            f"tokens/s, and scores as dense does ({dense['score']:.1f} and {kvzap['score']:.1f})"
-        )
-        assert headline in " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
-    if workload == "prefill_chunks_mild":  # the project README's long-prompt sentence
-        dense, kvzap = record["records"]
-        sentence = (
-            f"it keeps {kvzap['mean_running'] / dense['mean_running']:.2f}× the mean running sequences of dense vLLM "
-            f"and gives {kvzap['output_tokens_per_s'] / dense['output_tokens_per_s']:.2f}× its output tokens/s, "
-            f"scoring {kvzap['score']:.1f} where dense scores {dense['score']:.1f}"
-        )
-        assert sentence in " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    dense, kvzap = record["records"]
+    ratio = lambda key: kvzap[key] / dense[key]  # noqa: E731
+    kept = f"it keeps {ratio('mean_running'):.2f}× the mean running sequences of dense vLLM"
+    readme_sentences = {  # the project README's serving figures
+        "decode": f"{kept} at one KV memory, gives {ratio('output_tokens_per_s'):.2f}× its output tokens/s, and scores "
+        f"as dense does ({dense['score']:.1f} and {kvzap['score']:.1f})",
+        "prefill_chunks_mild": f"{kept} and gives {ratio('output_tokens_per_s'):.2f}× its output tokens/s, scoring "
+        f"{kvzap['score']:.1f} where dense scores {dense['score']:.1f}",
+    }
+    if workload in readme_sentences:
+        assert readme_sentences[workload] in " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
 
 
 def test_the_plugin_readmes_per_head_table_and_claims_are_the_record():
