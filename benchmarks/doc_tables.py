@@ -1,4 +1,5 @@
-"""The tables of docs/results.md and benchmarks/README.md, rendered from their committed records.
+"""The tables of docs/results.md, benchmarks/README.md and plugins/vllm/README.md, rendered from their committed
+records.
 
 Each table is a header and rows of cells formatted here, and sits in its doc right after its marker text.
 `python benchmarks/doc_tables.py --fix` rewrites every table from its record; tests/test_docs_records.py holds each
@@ -13,10 +14,11 @@ import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS, BENCHMARKS = "docs/results.md", "benchmarks/README.md"
+RESULTS, BENCHMARKS, PLUGIN = "docs/results.md", "benchmarks/README.md", "plugins/vllm/README.md"
 BLOCK = re.compile(r"(?:^ *\|.*\|\n)+", re.MULTILINE)  # a Markdown table: consecutive lines of cells
 
 
@@ -317,6 +319,71 @@ def slot_fill_rows() -> list[list[str]]:
     ]
 
 
+# --- plugins/vllm/README.md ---------------------------------------------------------------------------------------
+
+SURROGATES = {"linear": "Linear", "mlp": "MLP"}
+SLOT_KEYS = ("kvzap_ratio", "per_layer_fill_ratio", "all_layers_fill_ratio")
+
+
+def step_0_rows() -> list[list[str]]:
+    """What each layout would free, per τ (prefill, then decoding), and the sequences that lets a memory hold."""
+    records = rec("cpu/slot_fill.json")["records"] + rec("cpu/slot_fill_high.json")["records"]
+    return [
+        [
+            num(r["threshold"]),
+            r["mode"],
+            *(f"{r[k]:.3f}" for k in SLOT_KEYS),
+            " / ".join(times(1 / (1 - r[k])) for k in SLOT_KEYS),
+        ]
+        for r in sorted(records, key=lambda r: (r["threshold"], r["mode"] != "prefill"))
+    ]
+
+
+def engine_accuracy_rows(name: str) -> list[list[str]]:
+    """Dense vLLM, then the plugin at each τ of each surrogate (`vllm_accuracy.py`; its layout named if per head)."""
+    record = rec(name)
+    layout = "" if record.get("layout", "per_layer") == "per_layer" else " (per head)"
+    rows = []
+    for r in record["records"]:
+        score = score_ci(r["score"], *r["score_ci"])
+        if r["threshold"] is None:
+            rows.append([r["surrogate"], "–", score, "–", "–", "–"])
+            continue
+        ratios = f"{r['fill_ratio']:.3f}", f"{r['kvzap_ratio']:.3f}"
+        engine = f"vLLM + KVzap-{SURROGATES[r['surrogate']]}{layout}"
+        rows.append([engine, num(r["threshold"]), score, *ratios, "yes" if r["inside_dense_interval"] else "no"])
+    return rows
+
+
+def engine_serving_rows(name: str) -> list[list[str]]:
+    """Each engine of a `vllm_serving.py` record (times in s, per-token times in ms)."""
+    return [
+        [
+            r["engine"],
+            score_ci(r["score"], *r["score_ci"]),
+            f"{r['mean_running']:.2f} / {r['peak_running']}",
+            str(r["preemptions"]),
+            f"{r['output_tokens_per_s']:.1f}",
+            f"{r['ttft_p50_s']:.1f} / {r['ttft_p95_s']:.1f}",
+            f"{1e3 * r['tpot_p50_s']:.0f} / {1e3 * r['tpot_p95_s']:.0f}",
+            f"{1e3 * r['alone_tpot_s']:.1f}, {1e3 * r['alone_step_p95_s']:.1f}",
+            times(r["realised_compression"]),
+            r["same_tokens_as_transformers"],
+            "–" if r["blocks_leaked"] is None else str(r["blocks_leaked"]),
+        ]
+        for r in rec(name)["records"]
+    ]
+
+
+ENGINE_ACCURACY = ("engine", "τ", "score [95 %]", "fill ratio (per layer)", "KVzap ratio (per head)")
+ENGINE_ACCURACY += ("inside dense interval",)
+ENGINE_SERVING = ("engine", "score [95 %]", "running: mean / peak", "preemptions", "output tokens/s")
+ENGINE_SERVING += ("TTFT p50 / p95 (s)", "TPOT p50 / p95 (ms)", "alone: TPOT, step p95 (ms)", "realised compression")
+ENGINE_SERVING += ("tokens as transformers", "blocks leaked")
+SERVING_RECORDS = ("decode", "decode_per_head", "decode_per_head_matched", "prefill", "prefill_chunks", "prefill_chunks_mild")
+ACCURACY_RECORDS = ("vllm_accuracy", "vllm_accuracy_per_head")
+
+
 # --- the tables ----------------------------------------------------------------------------------------------------
 
 
@@ -420,6 +487,28 @@ TABLES = {
         + ("max / mean kept, mean over layers",),
         slot_fill_rows,
     ),
+    "vllm-step-0": Table(
+        PLUGIN,
+        "ignoring block\nrounding:",
+        ("τ", "mode", "KVzap ratio (per head)", "per-layer fill ratio", "one table for all layers")
+        + ("sequences: per head / per layer / one table",),
+        step_0_rows,
+    ),
+    **{
+        name.replace("_", "-"): Table(
+            PLUGIN, f"`benchmarks/cpu/{name}.json`", ENGINE_ACCURACY, partial(engine_accuracy_rows, f"cpu/{name}.json")
+        )
+        for name in ACCURACY_RECORDS
+    },
+    **{
+        f"vllm-serving-{name.replace('_', '-')}": Table(
+            PLUGIN,
+            f"`benchmarks/cpu/vllm_serving_{name}.json`",
+            ENGINE_SERVING,
+            partial(engine_serving_rows, f"cpu/vllm_serving_{name}.json"),
+        )
+        for name in SERVING_RECORDS
+    },
 }
 
 

@@ -3,7 +3,9 @@ pipeline: the chat-templated context, then the question, the end of the user tur
 greedily by dense vLLM and by vLLM with the KVzap plugin at each threshold, scored with the demo's scorer and 95 %
 intervals. Beside each: the plugin's compression (its fill policy, per layer) as `KVzapLayerFillPress` measures it
 in transformers on the same prompts, and KVzap's own per-head ratio. The headline threshold of a surrogate is the
-highest whose accuracy stays inside the dense engine's interval. Each engine runs in .venv-vllm (`make setup-vllm`).
+highest whose accuracy stays inside the dense engine's interval. `--layout per_head` serves the plugin's per-(layer,
+KV head) layout instead, which prunes by KVzap's own ratio (no fill), so it needs a threshold of its own. Each engine
+runs in .venv-vllm (`make setup-vllm`).
 
     cd benchmarks && python vllm_accuracy.py --model-json <demo>/model.json \
         --surrogate linear=<demo>/surrogates/linear --surrogate mlp=<demo>/surrogates/mlp --out cpu/vllm_accuracy.json
@@ -51,6 +53,9 @@ def main() -> None:
     parser.add_argument(
         "--kv-memory-mib", type=positive_int, default=1536, help="kv_cache_memory_bytes: every prompt fits at once"
     )
+    parser.add_argument(
+        "--layout", choices=["per_layer", "per_head"], default="per_layer", help="the plugin's KV cache layout"
+    )
     parser.add_argument("--out", type=output_file, required=True)
     add_engine_folder_argument(parser)
     args = parser.parse_args()
@@ -86,9 +91,10 @@ def main() -> None:
         for name, surrogate in surrogates.items():
             for tau in args.thresholds:
                 kvzap = {"surrogate": str(Path(surrogate).resolve()), "threshold": tau}
+                kvzap |= {} if args.layout == "per_layer" else {"layout": args.layout}  # per-layer records still match
                 run = run_engine(
                     folder,
-                    f"{name}{tau}",
+                    f"{name}{tau}" + ("" if args.layout == "per_layer" else f"-{args.layout}"),
                     model_json["path"],
                     prompts,
                     engine | {"additional_config": {"kvzap": kvzap}},
@@ -122,6 +128,7 @@ def main() -> None:
             "args": {k: str(v) for k, v in vars(args).items()},
             "machine": {"cpu_flags": cpu_flags(), "processor": platform.processor()},
             "prompt_tokens": list(map(len, prompts)),
+            "layout": args.layout,
             "records": records,
             "headline_threshold": headline,
         },

@@ -146,39 +146,18 @@ def summary(name: str, record: dict) -> dict:
     }
 
 
-def readme_table(record: dict) -> str:
-    """The plugin README's table of a record, rendered from it (the test holds the README to this rendering)."""
-    lines = [
-        "| engine | score [95 %] | running: mean / peak | preemptions | output tokens/s | TTFT p50 / p95 (s) "
-        "| TPOT p50 / p95 (ms) | alone: TPOT, step p95 (ms) | realised compression | tokens as transformers "
-        "| blocks leaked |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in record["records"]:
-        low, high = r["score_ci"]
-        cells = [
-            r["engine"],
-            f"{r['score']:.1f} [{low:.1f}, {high:.1f}]",
-            f"{r['mean_running']:.2f} / {r['peak_running']}",
-            str(r["preemptions"]),
-            f"{r['output_tokens_per_s']:.1f}",
-            f"{r['ttft_p50_s']:.1f} / {r['ttft_p95_s']:.1f}",
-            f"{1e3 * r['tpot_p50_s']:.0f} / {1e3 * r['tpot_p95_s']:.0f}",
-            f"{1e3 * r['alone_tpot_s']:.1f}, {1e3 * r['alone_step_p95_s']:.1f}",
-            f"{r['realised_compression']:.2f}×",
-            r["same_tokens_as_transformers"],
-            "–" if r["blocks_leaked"] is None else str(r["blocks_leaked"]),
-        ]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ruler_rows.add_arguments(parser, "1024", ["niah_single_2"], 64)
     parser.add_argument("--workload", choices=list(WORKLOADS), required=True, help="sets --subset, --n-samples")
     parser.add_argument("--surrogate", type=Path, required=True)
-    parser.add_argument("--threshold", type=float, required=True, help="the headline: benchmarks/vllm_accuracy.py")
+    parser.add_argument(
+        "--threshold",
+        type=float,
+        nargs="+",
+        required=True,
+        help="the headline (benchmarks/vllm_accuracy.py): one for every --layout, or one per layout, in its order",
+    )
     parser.add_argument("--kv-memory-mib", type=positive_int, default=200, help="kv_cache_memory_bytes, both engines")
     parser.add_argument("--block-size", type=positive_int, default=32)
     parser.add_argument("--check-tokens", type=positive_int, default=8, help="requests compared with transformers")
@@ -204,6 +183,10 @@ def main() -> None:
     add_engine_folder_argument(parser)
     args = parser.parse_args()
     args.subset, args.n_samples, new_tokens = WORKLOADS[args.workload]
+    layouts = list(dict.fromkeys(args.layout))
+    if len(args.threshold) not in (1, len(layouts)):
+        parser.error(f"--threshold: give one, or one per --layout ({len(layouts)}), not {len(args.threshold)}")
+    taus = dict(zip(layouts, args.threshold * len(layouts) if len(args.threshold) == 1 else args.threshold))
     try:  # a missing checkpoint is refused here, not after the dense engine has run
         checkpoint = resolve_folder(args.surrogate)
     except FileNotFoundError as err:
@@ -219,11 +202,13 @@ def main() -> None:
         engine |= {"max_num_batched_tokens": args.max_num_batched_tokens, "enable_chunked_prefill": True}
     if args.admit_by_first_chunk:
         engine |= {"scheduler_reserve_full_isl": False}
-    kvzap = {"surrogate": str(checkpoint.resolve() if checkpoint else args.surrogate), "threshold": args.threshold}
+    kvzap = {"surrogate": str(checkpoint.resolve() if checkpoint else args.surrogate)}
     kvzap |= {"judge_chunks": True} if args.judge_chunks else {}
-    layouts = list(dict.fromkeys(args.layout))
     # the per-layer engine's settings stay as they were before layouts (its cached records still match)
-    settings = {layout: kvzap | ({"layout": layout} if layout != "per_layer" else {}) for layout in layouts}
+    settings = {
+        layout: kvzap | {"threshold": taus[layout]} | ({"layout": layout} if layout != "per_layer" else {})
+        for layout in layouts
+    }
     plugins = {layout: engine | {"additional_config": {"kvzap": settings[layout]}} for layout in layouts}
     with engine_folder(args.engine_folder) as folder:
         runs = {"dense": run_engine(folder, "dense", model_json["path"], prompts, engine, new_tokens)}
@@ -249,7 +234,7 @@ def main() -> None:
         """The transformers press an engine's tokens are held to: None for dense, else the layout's policy."""
         if key == "dense":
             return None
-        return LAYOUTS[key][2](str(args.surrogate), threshold=args.threshold, decoding=True)
+        return LAYOUTS[key][2](str(args.surrogate), threshold=taus[key], decoding=True)
 
     for k, prompt in enumerate(prompts):
         for key in names if k < args.check_tokens else ():
@@ -269,6 +254,7 @@ def main() -> None:
         # the layout's policy (per layer: the fill; per head: KVzap's own), each prompt judged whole
         record["kvzap_ratio"] = sum(ratios[key]) / len(ratios[key])
         record["logical_compression"] = 1 / (1 - record["kvzap_ratio"])
+        record["threshold"] = taus[key]
     checked = min(args.check_tokens, len(prompts))
     for record, key in zip(records, names):
         differ = [t for t in traces[key] if t]
@@ -278,7 +264,7 @@ def main() -> None:
     for record in records[1:]:
         ratio = lambda key: record[key] / records[0][key]  # noqa: E731
         print(
-            f"{record['engine']}: {args.workload} at tau {args.threshold} (ratio {record['kvzap_ratio']:.3f}): "
+            f"{record['engine']}: {args.workload} at tau {record['threshold']} (ratio {record['kvzap_ratio']:.3f}): "
             f"mean running {ratio('mean_running'):.2f}x, output tokens/s {ratio('output_tokens_per_s'):.2f}x, "
             f"alone: TPOT {ratio('alone_tpot_s'):.2f}x, step p95 {ratio('alone_step_p95_s'):.2f}x dense; "
             f"accuracy {records[0]['score']} dense, {record['score']} KVzap"

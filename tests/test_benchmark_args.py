@@ -98,3 +98,18 @@ def test_the_vllm_engine_script_prints_its_help_in_its_environment(script):
         [str(VLLM_PYTHON), str(ROOT / "benchmarks" / script), "--help"], capture_output=True, text=True, timeout=300
     )
     assert run.returncode == 0 and "usage:" in run.stdout, run.stderr[-2000:]
+
+
+def test_serving_takes_one_threshold_or_one_per_layout(tmp_path):
+    """Each layout prunes by its own rule (per layer the fill, per head KVzap's own), so each may need its own τ; a
+    count that matches neither is refused before any engine runs."""
+    command = [sys.executable, str(ROOT / "benchmarks" / "vllm_serving.py"), "--workload", "decode-heavy"]
+    command += ["--model-json", "m.json", "--surrogate", "s", "--layout", "per_layer", "per_head"]
+    run = subprocess.run(
+        command + ["--threshold", "0", "-1", "-2", "--out", str(tmp_path / "r.json")],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert run.returncode == 2
+    assert "--threshold: give one, or one per --layout (2), not 3" in run.stderr

@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import os
 import re
 import subprocess
 import sys
@@ -426,6 +427,25 @@ def test_the_footprint_counts_per_layer_blocks_whatever_the_groups(groups, held)
     assert footprint(scheduler, 30) == (pytest.approx(held), 3 * 30)
 
 
+@needs_vllm
+def test_under_prometheus_multiprocess_mode_the_footprint_reaches_the_servers_registry(tmp_path):
+    """With PROMETHEUS_MULTIPROC_DIR set (vLLM's several API servers, or set by hand) the server serves that folder's
+    value files, not its own registry: the engine core's footprint must be there, the latest values and the freed
+    blocks counted once."""
+    env = os.environ | {"PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
+    script = [str(VLLM_PYTHON), str(ROOT / "tests" / "vllm" / "shared_metrics.py")]
+    for side in ("publish", "collect"):  # two processes, as the engine core and the API server are
+        run = subprocess.run(script + [side], capture_output=True, text=True, env=env, timeout=300)
+        assert run.returncode == 0, run.stderr[-3000:]
+    served = dict(line.rsplit(" ", 1) for line in run.stdout.splitlines() if line.startswith("kvzap:"))
+    assert {name: float(value) for name, value in served.items()} == {
+        "kvzap:held_blocks": 5.0,
+        "kvzap:dense_blocks": 360.0,
+        "kvzap:compression": 72.0,
+        "kvzap:freed_blocks_total": 7.0,
+    }
+
+
 @pytest.mark.parametrize(
     ("section", "message"),
     [
@@ -472,24 +492,6 @@ def test_bad_request_arguments_are_refused_by_name(extra_args, config, message):
     assert message in str(info.value)
 
 
-def test_the_plugin_readmes_step_0_table_is_the_record():
-    """Every row of the step-0 table in plugins/vllm/README.md is a row of the slot-fill records, as printed."""
-    records = []
-    for name in ("slot_fill.json", "slot_fill_high.json"):
-        records += json.loads((ROOT / "benchmarks" / "cpu" / name).read_text())["records"]
-    by_key = {(r["threshold"], r["mode"]): r for r in records}
-    text = (ROOT / "plugins" / "vllm" / "README.md").read_text(encoding="utf-8").split("| τ | mode |", 1)[1]
-    rows = [line.strip("|").split("|") for line in text.splitlines()[2:] if line.startswith("|")]
-    assert len(rows) == len(records)
-    for tau, mode, kvzap, per_layer, one_table, sequences in rows:
-        record = by_key[(float(tau.replace("−", "-")), mode.strip())]
-        assert [float(kvzap), float(per_layer), float(one_table)] == pytest.approx(
-            [record["kvzap_ratio"], record["per_layer_fill_ratio"], record["all_layers_fill_ratio"]], abs=5e-4
-        )
-        held = [1 / (1 - record[k]) for k in ("kvzap_ratio", "per_layer_fill_ratio", "all_layers_fill_ratio")]
-        assert [float(x.strip().rstrip("×")) for x in sequences.split("/")] == pytest.approx(held, abs=0.005)
-
-
 def serving_claims(record: dict) -> list[str]:
     """What the plugin README says of a serving record, as the record gives it."""
     dense, kvzap = record["records"]
@@ -514,14 +516,10 @@ def serving_claims(record: dict) -> list[str]:
 
 
 @pytest.mark.parametrize("workload", ["decode", "prefill", "prefill_chunks", "prefill_chunks_mild"])
-def test_the_plugin_readmes_serving_tables_and_claims_are_the_records(workload):
-    """Each table is the record rendered (vllm_serving.readme_table); each number the text gives comes from it."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    from vllm_serving import readme_table
-
+def test_the_plugin_readmes_serving_claims_are_the_records(workload):
+    """Each number the text gives comes from the record (its table: benchmarks/doc_tables.py)."""
     record = json.loads((ROOT / "benchmarks" / "cpu" / f"vllm_serving_{workload}.json").read_text())
     text = (ROOT / "plugins" / "vllm" / "README.md").read_text(encoding="utf-8")
-    assert readme_table(record) in text
     flat = " ".join(text.split())
     assert [claim for claim in serving_claims(record) if claim not in flat] == []
     dense, kvzap = record["records"]
@@ -537,14 +535,10 @@ def test_the_plugin_readmes_serving_tables_and_claims_are_the_records(workload):
         assert readme_sentences[workload] in " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
 
 
-def test_the_plugin_readmes_per_head_table_and_claims_are_the_record():
-    """The per-head layout against the per-layer plugin, in one run: the table rendered, the ratios the text gives."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    from vllm_serving import readme_table
-
+def test_the_plugin_readmes_per_head_claims_are_the_record():
+    """The per-head layout against the per-layer plugin, in one run: the ratios the text gives."""
     record = json.loads((ROOT / "benchmarks" / "cpu" / "vllm_serving_decode_per_head.json").read_text())
     text = (ROOT / "plugins" / "vllm" / "README.md").read_text(encoding="utf-8")
-    assert readme_table(record) in text
     dense, layer, head = record["records"]
     ratio = lambda key: head[key] / layer[key]  # noqa: E731
     claims = [
@@ -556,26 +550,65 @@ def test_the_plugin_readmes_per_head_table_and_claims_are_the_record():
     assert [claim for claim in claims if claim not in " ".join(text.split())] == []
 
 
+def test_the_plugin_readmes_per_head_claims_at_equal_accuracy_are_the_record():
+    """Each layout at its own headline τ, dense in the same run: the ratios and figures the text gives."""
+    record = json.loads((ROOT / "benchmarks" / "cpu" / "vllm_serving_decode_per_head_matched.json").read_text())
+    dense, layer, head = record["records"]
+    ratio = lambda key: head[key] / layer[key]  # noqa: E731
+    ms = lambda value: f"{1e3 * value:.0f}"  # noqa: E731
+    claims = [
+        f"{ratio('mean_running'):.2f}× the per-layer plugin's mean running sequences** "
+        f"({head['mean_running']:.2f} against {layer['mean_running']:.2f}), and all three engines score "
+        f"{dense['score']:.1f}",
+        f"realised compression is {head['realised_compression']:.2f}× against {layer['realised_compression']:.2f}× "
+        f"(logical ratio {head['kvzap_ratio']:.3f} against the fill's {layer['kvzap_ratio']:.3f}): "
+        f"{100 * (1 - layer['realised_compression'] / head['realised_compression']):.0f} % fewer blocks held",
+        f"(peak {head['peak_running']} against {layer['peak_running']})",
+        f"{ratio('output_tokens_per_s'):.2f}× the per-layer plugin's output tokens/s** "
+        f"({head['output_tokens_per_s']:.1f} against {layer['output_tokens_per_s']:.1f}), TPOT p50 "
+        f"{ms(head['tpot_p50_s'])} against {ms(layer['tpot_p50_s'])} ms; alone, {1e3 * head['alone_tpot_s']:.1f} "
+        f"against {1e3 * layer['alone_tpot_s']:.1f} ms per token",
+        f"--threshold {layer['threshold']:g} {head['threshold']:g}",
+        f"(ratios {head['kvzap_ratio']:.3f} and {layer['kvzap_ratio']:.3f} on the decode-heavy prompts) and hold the "
+        f"same sequences, the per-head layout {100 * (1 - ratio('output_tokens_per_s')):.0f} % slower",
+    ]
+    assert {r["score"] for r in record["records"]} == {dense["score"]}  # "all three engines score" it
+    assert {r["same_tokens_as_transformers"] for r in record["records"]} == {"8/8"}
+    assert {layer["blocks_leaked"], head["blocks_leaked"]} == {0}
+    text = " ".join((ROOT / "plugins" / "vllm" / "README.md").read_text(encoding="utf-8").split())
+    assert [claim for claim in claims if claim not in text] == []
+
+
 NAMES = {"linear": "Linear", "mlp": "MLP"}  # the surrogates as the README names them
 
 
-def test_the_plugin_readmes_accuracy_table_and_headline_are_the_record():
-    record = json.loads((ROOT / "benchmarks" / "cpu" / "vllm_accuracy.json").read_text())
-    text = (ROOT / "plugins" / "vllm" / "README.md").read_text(encoding="utf-8")
-    table = text.split("| engine | τ | score [95 %] |", 1)[1].split("\n\n", 1)[0]
-    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in table.splitlines()[2:]]
-    assert len(rows) == len(record["records"])
-    for row, rec in zip(rows, record["records"]):
-        assert row[0] == (rec["surrogate"] if rec["threshold"] is None else f"vLLM + KVzap-{NAMES[rec['surrogate']]}")
-        assert row[1] == ("–" if rec["threshold"] is None else f"{rec['threshold']:.1f}".replace("-", "−"))
-        low, high = rec["score_ci"]
-        assert row[2] == f"{rec['score']:.1f} [{low:.1f}, {high:.1f}]"
-        if rec["threshold"] is None:
-            assert row[3:] == ["–", "–", "–"]
-            continue
-        assert [float(row[3]), float(row[4])] == pytest.approx([rec["fill_ratio"], rec["kvzap_ratio"]], abs=5e-4)
-        assert row[5] == ("yes" if rec["inside_dense_interval"] else "no")
-    flat = " ".join(text.split())
-    for name, tau in record["headline_threshold"].items():
+ACCURACY_PAIR = ("vllm_accuracy", "vllm_accuracy_per_head")  # the per-layer layout's record, the per-head one's
+
+
+@pytest.mark.parametrize("name", ACCURACY_PAIR)
+def test_the_plugin_readmes_accuracy_headlines_are_the_records(name):
+    """The headline τ the text names is the record's (its table: benchmarks/doc_tables.py)."""
+    record = json.loads((ROOT / "benchmarks" / "cpu" / f"{name}.json").read_text())
+    layout = "" if record.get("layout", "per_layer") == "per_layer" else " per head"
+    flat = " ".join((ROOT / "plugins" / "vllm" / "README.md").read_text(encoding="utf-8").split())
+    for surrogate, tau in record["headline_threshold"].items():
         said = "no τ inside" if tau is None else "τ = " + f"{tau:.1f}".replace("-", "−")
-        assert f"headline for KVzap-{NAMES[name]}: {said}" in flat
+        assert f"headline for KVzap-{NAMES[surrogate]}{layout}: {said}" in flat
+
+
+def test_the_per_head_headline_is_set_beside_the_per_layer_one():
+    """What the text says of the two layouts at their own headlines, and at the same τ 0, is the two records'."""
+    layer, head = (json.loads((ROOT / "benchmarks" / "cpu" / f"{n}.json").read_text()) for n in ACCURACY_PAIR)
+    row = lambda record, tau: next(  # noqa: E731
+        r for r in record["records"] if r["surrogate"] == "mlp" and r["threshold"] == tau
+    )
+    at_head, at_layer = row(head, head["headline_threshold"]["mlp"]), row(layer, layer["headline_threshold"]["mlp"])
+    tau = f"{at_layer['threshold']:.1f}".replace("-", "−").removesuffix(".0")
+    claims = [
+        f"at KVzap ratio {at_head['kvzap_ratio']:.3f}",
+        f"(fill ratio {at_layer['fill_ratio']:.3f} at τ {tau})",
+        f"The per-head τ 0 scores {row(head, 0.0)['score']:.1f}, where the per-layer τ 0 scores "
+        f"{row(layer, 0.0)['score']:.1f}",
+    ]
+    flat = " ".join((ROOT / "plugins" / "vllm" / "README.md").read_text(encoding="utf-8").split())
+    assert [claim for claim in claims if claim not in flat] == []

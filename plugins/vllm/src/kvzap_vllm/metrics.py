@@ -2,7 +2,10 @@
 per-layer blocks its requests hold against those the dense cache would hold) to a small file after every change,
 and a collector in the server's process reads it at each scrape. vLLM's own metrics reach the server inside its
 scheduler stats, a fixed type a plugin cannot extend, hence the file; the server names it in the environment
-(`KVZAP_METRICS_FILE`) before it starts the engine core, which inherits it.
+(`KVZAP_METRICS_FILE`) before it starts the engine core, which inherits it. Under Prometheus's multiprocess mode
+(`PROMETHEUS_MULTIPROC_DIR` set: several API servers, or by hand) the server collects the value files of that folder
+instead of its own registry, so the engine core writes its footprint there, as prometheus_client's multiprocess
+gauges and counter, and the server's collector finds them with vLLM's own.
 
     kvzap:held_blocks            per-layer KV blocks the running requests hold
     kvzap:dense_blocks           per-layer KV blocks the dense cache would hold for them
@@ -20,6 +23,7 @@ from pathlib import Path
 from kvzap.atomic import atomic_write_text
 
 ENV = "KVZAP_METRICS_FILE"
+MULTIPROCESS = "PROMETHEUS_MULTIPROC_DIR"  # prometheus_client's; vLLM serves that folder's values when it is set
 
 
 def footprint(scheduler, layers: int) -> tuple[float, int]:
@@ -35,13 +39,46 @@ def footprint(scheduler, layers: int) -> tuple[float, int]:
     return held, dense
 
 
+class SharedValues:
+    """The footprint as prometheus_client's multiprocess values, in the engine core's own value files: the gauges
+    keep the most recent value written, the counter grows by what was freed since the last publication."""
+
+    def __init__(self):
+        from prometheus_client import Counter, Gauge
+
+        def gauge(name: str, text: str):
+            return Gauge(name, text, registry=None, multiprocess_mode="mostrecent")
+
+        self.held = gauge("kvzap:held_blocks", "Per-layer KV blocks the running requests hold.")
+        self.dense = gauge("kvzap:dense_blocks", "Per-layer KV blocks the dense cache would hold.")
+        self.compression = gauge("kvzap:compression", "Dense blocks over held blocks, for the running requests.")
+        self.freed = Counter("kvzap:freed_blocks", "KV blocks KVzap's compaction returned to the pool.", registry=None)
+        self.freed_so_far = 0
+
+    def write(self, held: float, dense: int, freed: int) -> None:
+        self.held.set(held)
+        self.dense.set(dense)
+        self.compression.set(dense / held if held else 1)
+        self.freed.inc(freed - self.freed_so_far)
+        self.freed_so_far = freed
+
+
+_shared: SharedValues | None = None
+
+
 def publish(scheduler, layers: int, freed: int) -> None:
-    """Write the scheduler's footprint where the server's collector reads it (atomically: a scrape never reads half)."""
+    """Put the scheduler's footprint where the server collects it: the multiprocess value files when Prometheus runs
+    in that mode, else the file the server's collector reads (atomically: a scrape never reads half)."""
+    global _shared
     path = os.environ.get(ENV)
-    if path is None:
+    if path is None and MULTIPROCESS not in os.environ:
         return
     held, dense = footprint(scheduler, layers)
-    atomic_write_text(path, json.dumps({"held_blocks": held, "dense_blocks": dense, "freed_blocks": freed}))
+    if MULTIPROCESS in os.environ:
+        _shared = _shared or SharedValues()
+        _shared.write(held, dense, freed)
+    else:
+        atomic_write_text(path, json.dumps({"held_blocks": held, "dense_blocks": dense, "freed_blocks": freed}))
 
 
 class Collector:
