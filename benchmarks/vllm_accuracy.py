@@ -4,8 +4,10 @@ greedily by dense vLLM and by vLLM with the KVzap plugin at each threshold, scor
 intervals. Beside each: the plugin's compression (its fill policy, per layer) as `KVzapLayerFillPress` measures it
 in transformers on the same prompts, and KVzap's own per-head ratio. The headline threshold of a surrogate is the
 highest whose accuracy stays inside the dense engine's interval. `--layout per_head` serves the plugin's per-(layer,
-KV head) layout instead, which prunes by KVzap's own ratio (no fill), so it needs a threshold of its own. Each engine
-runs in .venv-vllm (`make setup-vllm`).
+KV head) layout instead, which prunes by KVzap's own ratio (no fill), so it needs a threshold of its own;
+`--judge-chunks` with `--max-num-batched-tokens` judges each prefill chunk as vLLM's chunked prefill computes it,
+which changes what later chunks attend to, so it too needs its own. Each engine runs in .venv-vllm
+(`make setup-vllm`).
 
     cd benchmarks && python vllm_accuracy.py --model-json <demo>/model.json \
         --surrogate linear=<demo>/surrogates/linear --surrogate mlp=<demo>/surrogates/mlp --out cpu/vllm_accuracy.json
@@ -56,6 +58,10 @@ def main() -> None:
     parser.add_argument(
         "--layout", choices=["per_layer", "per_head"], default="per_layer", help="the plugin's KV cache layout"
     )
+    parser.add_argument("--judge-chunks", action="store_true", help="the plugin judges each prefill chunk")
+    parser.add_argument(
+        "--max-num-batched-tokens", type=positive_int, default=None, help="vLLM's tokens per step, every engine"
+    )
     parser.add_argument("--out", type=output_file, required=True)
     add_engine_folder_argument(parser)
     args = parser.parse_args()
@@ -73,6 +79,8 @@ def main() -> None:
     engine |= {"max_model_len": max(map(len, prompts)) + new_tokens, "block_size": 32}
     engine |= {"kv_cache_memory_bytes": args.kv_memory_mib * 2**20}  # vLLM's CPU default sizes it by the machine
     engine |= {"hf_overrides": {"kvzap_model_id": model_json["model_id"]}}  # the surrogates' base model
+    if args.max_num_batched_tokens:  # a prefill chunk is at most this long
+        engine |= {"max_num_batched_tokens": args.max_num_batched_tokens, "enable_chunked_prefill": True}
     records = []
     with engine_folder(args.engine_folder) as folder:
         dense_run = run_engine(folder, "dense", model_json["path"], prompts, engine, new_tokens)
@@ -92,9 +100,12 @@ def main() -> None:
             for tau in args.thresholds:
                 kvzap = {"surrogate": str(Path(surrogate).resolve()), "threshold": tau}
                 kvzap |= {} if args.layout == "per_layer" else {"layout": args.layout}  # per-layer records still match
+                kvzap |= {"judge_chunks": True} if args.judge_chunks else {}
                 run = run_engine(
                     folder,
-                    f"{name}{tau}" + ("" if args.layout == "per_layer" else f"-{args.layout}"),
+                    f"{name}{tau}"
+                    + ("" if args.layout == "per_layer" else f"-{args.layout}")
+                    + ("-chunks" if args.judge_chunks else ""),
                     model_json["path"],
                     prompts,
                     engine | {"additional_config": {"kvzap": kvzap}},
@@ -129,6 +140,7 @@ def main() -> None:
             "machine": {"cpu_flags": cpu_flags(), "processor": platform.processor()},
             "prompt_tokens": list(map(len, prompts)),
             "layout": args.layout,
+            "judge_chunks": args.judge_chunks,
             "records": records,
             "headline_threshold": headline,
         },
