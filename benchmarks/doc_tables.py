@@ -380,7 +380,8 @@ ENGINE_ACCURACY += ("inside dense interval",)
 ENGINE_SERVING = ("engine", "score [95 %]", "running: mean / peak", "preemptions", "output tokens/s")
 ENGINE_SERVING += ("TTFT p50 / p95 (s)", "TPOT p50 / p95 (ms)", "alone: TPOT, step p95 (ms)", "realised compression")
 ENGINE_SERVING += ("tokens as transformers", "blocks leaked")
-SERVING_RECORDS = ("decode", "decode_per_head", "decode_per_head_matched", "prefill", "prefill_chunks", "prefill_chunks_mild")
+SERVING_RECORDS = ("decode", "decode_per_head", "decode_per_head_matched")
+SERVING_RECORDS += ("prefill", "prefill_chunks", "prefill_chunks_mild")
 ACCURACY_RECORDS = ("vllm_accuracy", "vllm_accuracy_per_head")
 
 
