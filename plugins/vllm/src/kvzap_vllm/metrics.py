@@ -18,12 +18,19 @@ import atexit
 import json
 import os
 import tempfile
+from functools import cache
 from pathlib import Path
 
 from kvzap.atomic import atomic_write_text
 
 ENV = "KVZAP_METRICS_FILE"
 MULTIPROCESS = "PROMETHEUS_MULTIPROC_DIR"  # prometheus_client's; vLLM serves that folder's values when it is set
+HELP = {  # what either way of publishing exposes (the counter gets prometheus_client's _total suffix)
+    "held_blocks": "Per-layer KV blocks the running requests hold.",
+    "dense_blocks": "Per-layer KV blocks the dense cache would hold.",
+    "compression": "Dense blocks over held blocks, for the running requests.",
+    "freed_blocks": "KV blocks KVzap's compaction returned to the pool.",
+}
 
 
 def footprint(scheduler, layers: int) -> tuple[float, int]:
@@ -39,6 +46,10 @@ def footprint(scheduler, layers: int) -> tuple[float, int]:
     return held, dense
 
 
+def compression(held: float, dense: int) -> float:
+    return dense / held if held else 1
+
+
 class SharedValues:
     """The footprint as prometheus_client's multiprocess values, in the engine core's own value files: the gauges
     keep the most recent value written, the counter grows by what was freed since the last publication."""
@@ -46,37 +57,36 @@ class SharedValues:
     def __init__(self):
         from prometheus_client import Counter, Gauge
 
-        def gauge(name: str, text: str):
-            return Gauge(name, text, registry=None, multiprocess_mode="mostrecent")
-
-        self.held = gauge("kvzap:held_blocks", "Per-layer KV blocks the running requests hold.")
-        self.dense = gauge("kvzap:dense_blocks", "Per-layer KV blocks the dense cache would hold.")
-        self.compression = gauge("kvzap:compression", "Dense blocks over held blocks, for the running requests.")
-        self.freed = Counter("kvzap:freed_blocks", "KV blocks KVzap's compaction returned to the pool.", registry=None)
+        self.gauges = {
+            key: Gauge(f"kvzap:{key}", HELP[key], registry=None, multiprocess_mode="mostrecent")
+            for key in ("held_blocks", "dense_blocks", "compression")
+        }
+        self.freed = Counter("kvzap:freed_blocks", HELP["freed_blocks"], registry=None)
         self.freed_so_far = 0
 
     def write(self, held: float, dense: int, freed: int) -> None:
-        self.held.set(held)
-        self.dense.set(dense)
-        self.compression.set(dense / held if held else 1)
+        values = {"held_blocks": held, "dense_blocks": dense, "compression": compression(held, dense)}
+        for key, value in values.items():
+            self.gauges[key].set(value)
         self.freed.inc(freed - self.freed_so_far)
         self.freed_so_far = freed
 
 
-_shared: SharedValues | None = None
+@cache
+def shared_values() -> SharedValues:
+    """One set per process: prometheus_client keeps one value file per metric and process."""
+    return SharedValues()
 
 
 def publish(scheduler, layers: int, freed: int) -> None:
     """Put the scheduler's footprint where the server collects it: the multiprocess value files when Prometheus runs
     in that mode, else the file the server's collector reads (atomically: a scrape never reads half)."""
-    global _shared
     path = os.environ.get(ENV)
     if path is None and MULTIPROCESS not in os.environ:
         return
     held, dense = footprint(scheduler, layers)
     if MULTIPROCESS in os.environ:
-        _shared = _shared or SharedValues()
-        _shared.write(held, dense, freed)
+        shared_values().write(held, dense, freed)
     else:
         atomic_write_text(path, json.dumps({"held_blocks": held, "dense_blocks": dense, "freed_blocks": freed}))
 
@@ -94,15 +104,10 @@ class Collector:
             data = json.loads(self.path.read_text())
         except FileNotFoundError:  # no pruning engine has scheduled yet
             return
-        held, dense = data["held_blocks"], data["dense_blocks"]
-        yield GaugeMetricFamily("kvzap:held_blocks", "Per-layer KV blocks the running requests hold.", held)
-        yield GaugeMetricFamily("kvzap:dense_blocks", "Per-layer KV blocks the dense cache would hold.", dense)
-        yield GaugeMetricFamily(
-            "kvzap:compression", "Dense blocks over held blocks, for the running requests.", dense / held if held else 1
-        )
-        yield CounterMetricFamily(
-            "kvzap:freed_blocks", "KV blocks KVzap's compaction returned to the pool.", data["freed_blocks"]
-        )
+        data["compression"] = compression(data["held_blocks"], data["dense_blocks"])
+        for key in ("held_blocks", "dense_blocks", "compression"):
+            yield GaugeMetricFamily(f"kvzap:{key}", HELP[key], data[key])
+        yield CounterMetricFamily("kvzap:freed_blocks", HELP["freed_blocks"], data["freed_blocks"])
 
 
 _registered = False
