@@ -340,9 +340,12 @@ def step_0_rows() -> list[list[str]]:
 
 
 def engine_accuracy_rows(name: str) -> list[list[str]]:
-    """Dense vLLM, then the plugin at each τ of each surrogate (`vllm_accuracy.py`; its layout named if per head)."""
+    """Dense vLLM, then the plugin at each τ of each surrogate (`vllm_accuracy.py`; named per head or judging chunks
+    where it does)."""
     record = rec(name)
-    layout = "" if record.get("layout", "per_layer") == "per_layer" else " (per head)"
+    per_head, chunks = record.get("layout") == "per_head", record.get("judge_chunks", False)
+    setting = ", ".join(label for label, on in (("per head", per_head), ("chunks", chunks)) if on)
+    layout = f" ({setting})" if setting else ""
     rows = []
     for r in record["records"]:
         score = score_ci(r["score"], *r["score_ci"])
@@ -382,7 +385,7 @@ ENGINE_SERVING += ("TTFT p50 / p95 (s)", "TPOT p50 / p95 (ms)", "alone: TPOT, st
 ENGINE_SERVING += ("tokens as transformers", "blocks leaked")
 SERVING_RECORDS = ("decode", "decode_per_head", "decode_per_head_matched")
 SERVING_RECORDS += ("prefill", "prefill_chunks", "prefill_chunks_mild")
-ACCURACY_RECORDS = ("vllm_accuracy", "vllm_accuracy_per_head")
+ACCURACY_RECORDS = ("vllm_accuracy", "vllm_accuracy_per_head", "vllm_accuracy_chunks")
 
 
 # --- the tables ----------------------------------------------------------------------------------------------------

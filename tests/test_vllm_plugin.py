@@ -585,11 +585,12 @@ NAMES = {"linear": "Linear", "mlp": "MLP"}  # the surrogates as the README names
 ACCURACY_PAIR = ("vllm_accuracy", "vllm_accuracy_per_head")  # the per-layer layout's record, the per-head one's
 
 
-@pytest.mark.parametrize("name", ACCURACY_PAIR)
+@pytest.mark.parametrize("name", [*ACCURACY_PAIR, "vllm_accuracy_chunks"])
 def test_the_plugin_readmes_accuracy_headlines_are_the_records(name):
     """The headline τ the text names is the record's (its table: benchmarks/doc_tables.py)."""
     record = json.loads((ROOT / "benchmarks" / "cpu" / f"{name}.json").read_text())
-    layout = "" if record.get("layout", "per_layer") == "per_layer" else " per head"
+    layout = " per head" if record.get("layout") == "per_head" else ""
+    layout += " judged chunk by chunk" if record.get("judge_chunks") else ""
     flat = " ".join((ROOT / "plugins" / "vllm" / "README.md").read_text(encoding="utf-8").split())
     for surrogate, tau in record["headline_threshold"].items():
         said = "no τ inside" if tau is None else "τ = " + f"{tau:.1f}".replace("-", "−")
