@@ -345,7 +345,7 @@ def engine_accuracy_rows(name: str) -> list[list[str]]:
     record = rec(name)
     per_head, chunks = record.get("layout") == "per_head", record.get("judge_chunks", False)
     setting = ", ".join(label for label, on in (("per head", per_head), ("chunks", chunks)) if on)
-    layout = f" ({setting})" if setting else ""
+    suffix = f" ({setting})" if setting else ""
     rows = []
     for r in record["records"]:
         score = score_ci(r["score"], *r["score_ci"])
@@ -353,7 +353,7 @@ def engine_accuracy_rows(name: str) -> list[list[str]]:
             rows.append([r["surrogate"], "–", score, "–", "–", "–"])
             continue
         ratios = f"{r['fill_ratio']:.3f}", f"{r['kvzap_ratio']:.3f}"
-        engine = f"vLLM + KVzap-{SURROGATES[r['surrogate']]}{layout}"
+        engine = f"vLLM + KVzap-{SURROGATES[r['surrogate']]}{suffix}"
         rows.append([engine, num(r["threshold"]), score, *ratios, "yes" if r["inside_dense_interval"] else "no"])
     return rows
 
