@@ -68,7 +68,7 @@ fi
 log "run: $((SECONDS - t0)) s"
 if [[ ${1:-} != --local ]]; then
   submitted=$(cat "$hub"/*.log | grep -c 'has been submitted with SLURM jobid' || true)
-  bypassed=$(cat "$hub"/*.log | grep -E '^localrule ' | grep -vcE '^localrule (merge_|all)' || true)
+  bypassed=$(cat "$hub"/*.log | grep -E '^localrule ' | grep -vcE '^localrule (merge|all):' || true)
   log "jobs submitted through SLURM: $submitted"
   ((bypassed == 0)) || fail "$bypassed job(s) bypassed sbatch"
 fi

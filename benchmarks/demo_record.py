@@ -25,7 +25,7 @@ STAGES = {  # rule name prefix -> stage
     "oracle_data": "oracle",
     "train_surrogate": "surrogates",
     "evaluate_": "evaluation",
-    "merge_": "evaluation",
+    "merge": "evaluation",
     "aggregate": "tables and figures",
     "figure": "tables and figures",
 }

@@ -29,7 +29,7 @@ from kvzap import dtypes
 from kvzap.atomic import atomic_write_json
 from kvzap.evaluation.shared_prefill import pipeline_prompt
 from kvzap.evaluation.suites import benchmark_module
-from kvzap.plan import commands, paths, sweep
+from kvzap.plan import jobs, paths, sweep
 from kvzap.plan.schema import SCHEMA, validate
 from kvzap.prepare.models import load
 from records import cpu_flags, output_file, positive_int, print_table
@@ -46,7 +46,7 @@ def prefill_group(config: dict) -> sweep.EvalJob:
 
 def time_job(config: dict, group: sweep.EvalJob, dtype: str, threads: int, shard: int, n_shards: int) -> float:
     """Wall seconds of the job's process, as the DAG runs it, writing into a scratch folder."""
-    spec = commands.evaluate_spec({**config, "models": _with_dtype(config, dtype)}, group, shard, n_shards)
+    spec = jobs.evaluate_spec({**config, "models": _with_dtype(config, dtype)}, group, shard, n_shards)
     with tempfile.TemporaryDirectory() as scratch:
         cells = [replace(c, outs={s: f"{scratch}/{i}/{s}" for s in c.outs}) for i, c in enumerate(spec.cells)]
         spec = replace(spec, cells=tuple(cells))

@@ -4,7 +4,7 @@ import os
 import re
 
 from kvzap.evaluation import methods
-from kvzap.plan import checks, commands, errors, paths, sweep
+from kvzap.plan import checks, cluster, commands, errors, inputs, jobs, paths, sweep
 from kvzap.report import outputs
 
 RESULTS = config["results"]
@@ -35,11 +35,11 @@ wildcard_constraints:
 
 
 def model_resource(stage, key, model=None):
-    """A rule's resource from models.<model>.resources.<stage> (kvzap.plan.commands.RESOURCE_DEFAULTS otherwise);
+    """A rule's resource from models.<model>.resources.<stage> (kvzap.plan.cluster.RESOURCE_DEFAULTS otherwise);
     the model is the rule's wildcard unless the rule serves one model (a prefill group). cpus "all" is --cores."""
 
     def value(wildcards, attempt=1):
-        chosen = commands.resource(config, model or wildcards.model, stage, key, attempt)
+        chosen = cluster.resource(config, model or wildcards.model, stage, key, attempt)
         return workflow.cores if chosen == "all" else chosen
 
     return value
@@ -79,7 +79,7 @@ def _inputs(model, cell_methods):
     """The prepared model and every surrogate the cells' methods read."""
     kinds = sorted({methods.METHODS[m].surrogate for m in cell_methods} - {None})
     surrogates = {
-        f"surrogate_{k}": [f"{d}/metrics.json" for d in commands.surrogate_dirs(config, model, k)] for k in kinds
+        f"surrogate_{k}": [f"{d}/metrics.json" for d in inputs.surrogate_dirs(config, model, k)] for k in kinds
     }
     return {"model": paths.model_json(RESULTS, model), **surrogates}
 
@@ -109,13 +109,17 @@ def cell_files(bench, name, shard="{shard}", n_shards=1, model="{model}", method
     return [f"{paths.shard_dir(RESULTS, cell, shard, n_shards)}/{name}" for cell in cells]
 
 
-def shard_metrics(bench, n_shards):
-    """What one merge reads: every shard's metrics of every subset."""
-    return lambda wc: [
-        f
-        for k in range(n_shards)
-        for f in cell_files(bench, "metrics.json", k, n_shards, wc.model, wc.method, wc.value)
-    ]
+CELL = paths.cell_dir(RESULTS, sweep.Cell("{model}", "{bench}", "{subset}", "{method}", "{value}"))
+# the benchmark entries split into shards, as a wildcard pattern ("(?!)" matches nothing)
+SHARDED_ENTRIES = "|".join(re.escape(b) for b, s in config["evaluation"]["benchmarks"].items() if s["shards"] > 1)
+SHARDED_ENTRIES = SHARDED_ENTRIES or "(?!)"
+
+
+def shard_files(wc, name):
+    """What one merge reads: a file of every shard of its cell."""
+    n_shards = config["evaluation"]["benchmarks"][wc.bench]["shards"]
+    cell = sweep.Cell(wc.model, wc.bench, wc.subset, wc.method, wc.value)
+    return [f"{paths.shard_dir(RESULTS, cell, k, n_shards)}/{name}" for k in range(n_shards)]
 
 
 # ------------------------------------------------------------------ report
@@ -123,16 +127,16 @@ def shard_metrics(bench, n_shards):
 
 def all_cell_metrics(wc=None):
     """Every cell; with tables.allow_missing (after a `--keep-going` run) only those that exist now."""
-    cells = commands.cell_metrics(config)
+    cells = inputs.cell_metrics(config)
     return [c for c in cells if os.path.exists(c)] if config["tables"]["allow_missing"] else cells
 
 
 def surrogate_metrics(wc=None):
-    return [metrics for _, metrics in commands.surrogate_metrics(config)]
+    return [metrics for _, metrics in inputs.surrogate_metrics(config)]
 
 
 def figure_predictions(wc):
-    files = commands.figure_inputs(config, wc.name)["predictions"]
+    files = inputs.figure_inputs(config, wc.name)["predictions"]
     return [f for f in files if os.path.exists(f)] if config["tables"]["allow_missing"] else files
 
 

@@ -3,8 +3,8 @@
 # - the prefill group: the cells of one (model, entry) whose methods prune after attention share one prefill per
 #   sample and one batched decode (kvzap.evaluation.shared_prefill);
 # - every other cell (KVzip's repeat pass, attention weights, chunked prefill, sampled AIME rollouts) is a job alone.
-# An entry with `shards: 1` writes its cells directly; a split entry writes per-subset shard folders, and one local
-# merge per (model, entry, method, value) joins and scores each subset's shards into its cell.
+# An entry with `shards: 1` writes its cells directly; a split entry writes per-subset shard folders, and the local
+# rule merge joins and scores one cell's shards into the cell.
 
 for BENCH, SPEC in config["evaluation"]["benchmarks"].items():
     RULE_ID = rule_id(BENCH)
@@ -32,7 +32,7 @@ for BENCH, SPEC in config["evaluation"]["benchmarks"].items():
             resources:
                 **stage_resources("evaluate"),
             params:
-                spec=lambda wc, bench=BENCH, n=N_SHARDS: commands.evaluate_spec(
+                spec=lambda wc, bench=BENCH, n=N_SHARDS: jobs.evaluate_spec(
                     config, sweep.EvalJob(wc.model, bench, None, ((wc.method, wc.value),)), int(wc.get("shard", 0)), n
                 ).to_json(),
             shell:
@@ -55,28 +55,30 @@ for BENCH, SPEC in config["evaluation"]["benchmarks"].items():
             resources:
                 **stage_resources("evaluate", JOB.model),
             params:
-                spec=lambda wc, job=JOB, n=N_SHARDS: commands.evaluate_spec(
+                spec=lambda wc, job=JOB, n=N_SHARDS: jobs.evaluate_spec(
                     config, job, int(wc.get("shard", 0)), n
                 ).to_json(),
             shell:
                 "OMP_NUM_THREADS={threads} python -m kvzap.evaluation.job --spec {params.spec:q} > {log} 2>&1"
 
-    if N_SHARDS == 1:
-        continue
 
-    rule:
-        name:
-            f"merge_{RULE_ID}"
-        input:
-            shard_metrics(BENCH, N_SHARDS),
-        output:
-            cell_files(BENCH, "metrics.json") + cell_files(BENCH, "predictions.csv"),
-        log:
-            log_file("merge", "{model}", BENCH, "{method}", "{value}"),
-        localrule: True
-        conda:
-            ENV
-        params:
-            args=lambda wc, bench=BENCH: commands.merge_args(config, wc.model, bench, wc.method, wc.value),
-        shell:
-            "python -m kvzap.evaluation.merge {params.args} > {log} 2>&1"
+rule merge:
+    """One cell of an entry split into `shards`: its shard folders joined and scored together, on the submit host."""
+    input:
+        metrics=lambda wc: shard_files(wc, "metrics.json"),
+        predictions=lambda wc: shard_files(wc, "predictions.csv"),
+    output:
+        metrics=f"{CELL}/metrics.json",
+        predictions=f"{CELL}/predictions.csv",
+    log:
+        log_file("merge", "{model}", "{bench}", "{subset}", "{method}", "{value}"),
+    wildcard_constraints:
+        bench=SHARDED_ENTRIES,
+        subset="[^/]+",
+    localrule: True
+    conda:
+        ENV
+    params:
+        shards=lambda wc, input: [os.path.dirname(f) for f in input.metrics],
+    shell:
+        "python -m kvzap.evaluation.merge --shards {params.shards} --out $(dirname {output.metrics}) > {log} 2>&1"

@@ -4,8 +4,8 @@ rule aggregate:
         cells=all_cell_metrics,
         surrogates=surrogate_metrics,
         models=[paths.model_json(RESULTS, m) for m in config["models"]],
-        kv_ablations=commands.kv_ablation_files(config),
-        training_ablations=commands.training_ablation_files(config),
+        kv_ablations=inputs.kv_ablation_files(config),
+        training_ablations=inputs.training_ablation_files(config),
     output:
         **table_outputs(),
         markdown=paths.table(RESULTS, "results", "md"),
@@ -29,8 +29,8 @@ rule figure:
     input:
         results=paths.table(RESULTS, "results"),
         predictions=figure_predictions,
-        surrogates=lambda wc: commands.figure_inputs(config, wc.name)["surrogates"],
-        ablations=lambda wc: commands.figure_inputs(config, wc.name)["ablations"],
+        surrogates=lambda wc: inputs.figure_inputs(config, wc.name)["surrogates"],
+        ablations=lambda wc: inputs.figure_inputs(config, wc.name)["ablations"],
     output:
         png=report(
             paths.figure(RESULTS, "{name}"),

@@ -11,7 +11,7 @@ import pytest
 from snakemake.utils import validate as fill_defaults
 
 from kvzap.evaluation.spec import JobSpec
-from kvzap.plan import commands, overlays, paths, schema, sweep
+from kvzap.plan import commands, jobs, overlays, paths, schema, sweep
 from kvzap.surrogate import settings
 from kvzap.training import collect, fit
 from plan_helpers import config_files
@@ -51,7 +51,7 @@ def test_plan_command_lines_parse(name):
         _no_second_default(fit.build_parser(), words)
     for eval_job in sweep.eval_jobs(config)[:50]:
         n_shards = config["evaluation"]["benchmarks"][eval_job.bench]["shards"]
-        spec = commands.evaluate_spec(config, eval_job, 0, n_shards)
+        spec = jobs.evaluate_spec(config, eval_job, 0, n_shards)
         assert JobSpec.read(spec.to_json()) == spec  # what the rule hands the job is what the planner meant
         subsets = config["evaluation"]["benchmarks"][eval_job.bench]["subsets"]
         assert [(c.method, c.value) for c in spec.cells] == [
@@ -76,21 +76,23 @@ def test_plan_command_lines_parse(name):
 def test_aime_and_prefill_group_jobs_get_their_models_batch_size():
     config = planned("rehearsal.yaml")
 
-    def sizes(jobs) -> dict[str, set[int]]:
+    def sizes(chosen) -> dict[str, set[int]]:
         out = {}
-        for j in jobs:
-            out.setdefault(j.model, set()).add(commands.evaluate_spec(config, j, 0, 1).batch_size)
+        for j in chosen:
+            out.setdefault(j.model, set()).add(jobs.evaluate_spec(config, j, 0, 1).batch_size)
         return out
 
-    jobs = sweep.eval_jobs(config)
-    assert sizes(j for j in jobs if j.bench == "aime25") == {"qwen3-8b": {2}, "qwen3-32b": {1}}
-    groups = sizes(j for j in jobs if j.group is not None and j.bench != "aime25")
+    planned_jobs = sweep.eval_jobs(config)
+    assert sizes(j for j in planned_jobs if j.bench == "aime25") == {"qwen3-8b": {2}, "qwen3-32b": {1}}
+    groups = sizes(j for j in planned_jobs if j.group is not None and j.bench != "aime25")
     assert (
         groups["qwen3-8b"] == {2}
         and groups.keys() > {"qwen3-8b"}
         and all(size == {1} for model, size in groups.items() if model != "qwen3-8b")
     )
-    assert all(size == {1} for size in sizes(j for j in jobs if j.group is None and j.bench != "aime25").values())
+    assert all(
+        size == {1} for size in sizes(j for j in planned_jobs if j.group is None and j.bench != "aime25").values()
+    )
 
 
 def test_training_kind_needs_its_settings(capsys, monkeypatch):

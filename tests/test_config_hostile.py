@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kvzap.plan import commands, errors, sweep
+from kvzap.plan import commands, errors, jobs, sweep
 from plan_helpers import BASE, ROOT, config_files, planned
 
 
@@ -235,7 +235,7 @@ def test_labels_round_trip_exactly():
 def test_command_lines_are_quoted_word_lists():
     config = planned(BASE)
     job = sweep.EvalJob("smollm2-135m", "ruler-512", None, (("kvzap_mlp", "-6"),))
-    spec = commands.evaluate_spec(config, job, 0, 1)
+    spec = jobs.evaluate_spec(config, job, 0, 1)
     (cell,) = spec.cells
     assert (cell.method, cell.value, spec.subsets) == ("kvzap_mlp", -6.0, ("512",))
     assert cell.outs == {"512": "results/ci/smollm2-135m/eval/ruler-512/512/kvzap_mlp/-6"}  # unsplit: the cell itself

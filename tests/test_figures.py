@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from kvzap.plan import checks, commands, errors, paths, sweep
+from kvzap.plan import checks, commands, errors, inputs, paths, sweep
 from kvzap.report import figures
 from plan_helpers import BASE, planned
 
@@ -40,8 +40,8 @@ def _write_cells(config: dict) -> None:
 
 def test_ratio_distribution_reads_the_cell_of_the_exact_threshold(config, tmp_path, monkeypatch):
     _write_cells(config)
-    inputs = commands.figure_inputs(config, "dist")["predictions"]
-    assert len(inputs) == 2  # both thresholds of kvzap_mlp: the figure picks by identity, not by path
+    predictions = inputs.figure_inputs(config, "dist")["predictions"]
+    assert len(predictions) == 2  # both thresholds of kvzap_mlp: the figure picks by identity, not by path
     tables = Path(config["results"]) / "tables"
     tables.mkdir()
     pd.DataFrame({"model": ["smollm2-135m"], "benchmark": ["ruler-512"]}).to_csv(tables / "results.csv", index=False)
@@ -49,7 +49,7 @@ def test_ratio_distribution_reads_the_cell_of_the_exact_threshold(config, tmp_pa
     monkeypatch.setattr(
         figures, "_save", lambda fig, out: drawn.update(labels=[t.get_text() for t in fig.axes[0].get_xticklabels()])
     )
-    argv = shlex.split(commands.figure_args(config, "dist", inputs)) + ["--out", str(tmp_path / "dist.png")]
+    argv = shlex.split(commands.figure_args(config, "dist", predictions)) + ["--out", str(tmp_path / "dist.png")]
     monkeypatch.setattr("sys.argv", ["kvzap.report.figures", *argv])
     figures.main()
     expected = [c for c in sweep.cells(config) if c.method == "kvzap_mlp" and c.value == sweep.value_label(TAU)]

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from kvzap import publish
-from kvzap.plan import checks, commands
+from kvzap.plan import checks, jobs
 from kvzap.plan.errors import ConfigError
 from kvzap.plan.sweep import EvalJob
 from kvzap.prepare import archives
@@ -98,6 +98,6 @@ def test_evaluation_flags_carry_revision_policy_and_departures():
     config["evaluation"]["long_samples"] = "truncate_middle"
     config["evaluation"]["departures"] = ["longbench_classification_fix"]
     model = next(iter(config["models"]))
-    spec = commands.evaluate_spec(config, EvalJob(model, bench, None, (("full", "none"),)), 0, 1)
+    spec = jobs.evaluate_spec(config, EvalJob(model, bench, None, (("full", "none"),)), 0, 1)
     assert spec.revision == "v2.1" and spec.long_samples == "truncate_middle"
     assert spec.departures == ("longbench_classification_fix",)

@@ -1,6 +1,7 @@
 """Join the shards of one evaluation cell and score them together: the cell's predictions.csv and metrics.json.
 
-Light on purpose (pandas and the benchmark's scorer, no model code): it runs once per cell on the submit host.
+Light on purpose (pandas and the benchmark's scorer, no model code): the rule merge runs it once per cell on the
+submit host.
 """
 
 from __future__ import annotations
@@ -58,19 +59,11 @@ def merge(parts: list[Path], out: Path) -> dict:
 @entry_point
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--cell",
-        type=Path,
-        nargs="+",
-        action="append",
-        required=True,
-        metavar=("CELL", "SHARD"),
-        help="a cell folder followed by its shard folders (repeat for each cell)",
-    )
+    parser.add_argument("--shards", type=Path, nargs="+", required=True, help="the cell's shard folders")
+    parser.add_argument("--out", type=Path, required=True, help="the cell's folder")
     args = parser.parse_args()
-    for out, *parts in args.cell:
-        metrics = merge(parts, out)
-        print(f"{len(parts)} shard(s), {metrics['n_samples']} samples -> {out}")
+    metrics = merge(args.shards, args.out)
+    print(f"{len(args.shards)} shard(s), {metrics['n_samples']} samples -> {args.out}")
 
 
 if __name__ == "__main__":

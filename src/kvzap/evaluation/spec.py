@@ -1,4 +1,4 @@
-"""What one evaluation job runs with, as one typed value: the planner (kvzap.plan.commands.evaluate_spec) builds it,
+"""What one evaluation job runs with, as one typed value: the planner (kvzap.plan.jobs.evaluate_spec) builds it,
 the rule hands it to `python -m kvzap.evaluation.job --spec` as JSON (shown by `snakemake -n -p`), and the job reads
 it back; its fields, less the output layout, are the provenance stamped into every cell. The field names are those of
 the job's former command-line flags, so the provenance of a cell is what it was."""

@@ -4,7 +4,10 @@
   checks    every check a schema cannot express, before any job
   sweep     the evaluation cells a config asks for
   paths     where every output lives: the rules' templates and the command lines both read them
-  commands  the argument lists of the rules' commands and their cluster resources
+  inputs    the files each rule reads
+  commands  the argument lists of the rules' commands
+  jobs      an evaluation job's typed spec, what its rule hands the job
+  cluster   the cluster resources of each stage's jobs
 `python -m kvzap.plan CONFIG` runs the checks without Snakemake.
 
 Config values are data: every string that becomes part of a path matches a strict pattern and is checked again
