@@ -92,6 +92,16 @@ def group_inputs(job):
     return _inputs(job.model, [m for m, _ in job.cells])
 
 
+def job_spec(bench, n_shards, job=None):
+    """An evaluation rule's spec param: the job of a prefill group, or the cell alone its wildcards name, as JSON."""
+
+    def spec(wc):
+        chosen = job or sweep.EvalJob(wc.model, bench, None, ((wc.method, wc.value),))
+        return jobs.evaluate_spec(config, chosen, int(wc.get("shard", 0)), n_shards).to_json()
+
+    return spec
+
+
 def group_files(job, n_shards):
     """Every file of a prefill group's cells: each cell's own folder, as a job of that cell alone writes it."""
     return [

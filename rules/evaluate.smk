@@ -5,6 +5,10 @@
 # - every other cell (KVzip's repeat pass, attention weights, chunked prefill, sampled AIME rollouts) is a job alone.
 # An entry with `shards: 1` writes its cells directly; a split entry writes per-subset shard folders, and the local
 # rule merge joins and scores one cell's shards into the cell.
+# Why a rule per entry and per group, not one static rule: a job's outputs are every (cell, subset) file it writes, and
+# their number differs between entries (subsets) and groups (cells); Snakemake takes no outputs from a function. One
+# static rule would need a job per subset (the model loaded 21 times for LongBench) or outputs not named by cell (no
+# cell as a target, every finished cell rerun).
 
 for BENCH, SPEC in config["evaluation"]["benchmarks"].items():
     RULE_ID = rule_id(BENCH)
@@ -32,9 +36,7 @@ for BENCH, SPEC in config["evaluation"]["benchmarks"].items():
             resources:
                 **stage_resources("evaluate"),
             params:
-                spec=lambda wc, bench=BENCH, n=N_SHARDS: jobs.evaluate_spec(
-                    config, sweep.EvalJob(wc.model, bench, None, ((wc.method, wc.value),)), int(wc.get("shard", 0)), n
-                ).to_json(),
+                spec=job_spec(BENCH, N_SHARDS),
             shell:
                 "OMP_NUM_THREADS={threads} python -m kvzap.evaluation.job --spec {params.spec:q} > {log} 2>&1"
 
@@ -44,7 +46,7 @@ for BENCH, SPEC in config["evaluation"]["benchmarks"].items():
             name:
                 f"evaluate_{RULE_ID}_{rule_id(JOB.model)}_{JOB.group}"
             input:
-                unpack(lambda wc, job=JOB: group_inputs(job)),
+                **group_inputs(JOB),
             output:
                 group_files(JOB, N_SHARDS),
             log:
@@ -55,9 +57,7 @@ for BENCH, SPEC in config["evaluation"]["benchmarks"].items():
             resources:
                 **stage_resources("evaluate", JOB.model),
             params:
-                spec=lambda wc, job=JOB, n=N_SHARDS: jobs.evaluate_spec(
-                    config, job, int(wc.get("shard", 0)), n
-                ).to_json(),
+                spec=job_spec(BENCH, N_SHARDS, JOB),
             shell:
                 "OMP_NUM_THREADS={threads} python -m kvzap.evaluation.job --spec {params.spec:q} > {log} 2>&1"
 

@@ -73,6 +73,12 @@ def test_plan_command_lines_parse(name):
         assert spec.batch_size == batch_size
 
 
+def test_flags_write_each_setting_once_in_order():
+    words = commands.flags(n_train=3, tasks=["a b", "c"], store_kv=True, private=False, revision=None, sizes=[], lr=0.0)
+    assert words == ["--n-train", "3", "--tasks", "a b", "c", "--store-kv", "--lr", "0.0"]
+    assert shlex.split(shlex.join(words)) == words  # a value with a space stays one word on the command line
+
+
 def test_aime_and_prefill_group_jobs_get_their_models_batch_size():
     config = planned("rehearsal.yaml")
 
