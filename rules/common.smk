@@ -120,9 +120,12 @@ def cell_files(bench, name, shard="{shard}", n_shards=1, model="{model}", method
 
 
 CELL = paths.cell_dir(RESULTS, sweep.Cell("{model}", "{bench}", "{subset}", "{method}", "{value}"))
-# the benchmark entries split into shards, as a wildcard pattern ("(?!)" matches nothing)
-SHARDED_ENTRIES = "|".join(re.escape(b) for b, s in config["evaluation"]["benchmarks"].items() if s["shards"] > 1)
-SHARDED_ENTRIES = SHARDED_ENTRIES or "(?!)"
+
+
+def sharded_entries():
+    """The benchmark entries split into shards, as a wildcard pattern ("(?!)" matches nothing)."""
+    names = [name for name, entry in config["evaluation"]["benchmarks"].items() if entry["shards"] > 1]
+    return "|".join(map(re.escape, names)) or "(?!)"
 
 
 def shard_files(wc, name):

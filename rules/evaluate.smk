@@ -73,7 +73,7 @@ rule merge:
     log:
         log_file("merge", "{model}", "{bench}", "{subset}", "{method}", "{value}"),
     wildcard_constraints:
-        bench=SHARDED_ENTRIES,
+        bench=sharded_entries(),
         subset="[^/]+",
     localrule: True
     conda:
