@@ -83,3 +83,23 @@ def test_training_floor_is_the_record():
     assert [float(x) for x in re.findall(r"(\d+\.\d+)", row[1])] == pytest.approx(
         [round(reading["fresh_ms"], 1), round(reading["reused_ms"], 1), round(reading["fresh_over_reused"], 2)]
     )
+
+
+def test_mlp_against_linear_on_a_third_cpu_is_the_record():
+    """docs/results.md's Xeon sentence: the MLP's seed means it quotes are both records', each inside KVzap-Linear's
+    interval or above it, Linear's scores equal across the machines, and every seed within one sample of the EPYC's."""
+    epyc, xeon = (
+        recorded_cells(json.loads((RECORDS / n).read_text())) for n in DEMO_RUNS[0:1] + ("demo_run_xeon_bf16.json",)
+    )
+    text = (ROOT / "docs" / "results.md").read_text(encoding="utf-8").split("A third CPU", 1)[1].split("\n\n", 1)[0]
+    quoted = [[float(x) for x in m.split(" / ")] for m in re.findall(r"\d+\.\d / \d+\.\d / \d+\.\d", text)]
+    taus = (-2.6, -1.6, -1.0)
+    assert quoted == [
+        [pytest.approx(run[("kvzap_mlp", t)]["average"], abs=0.051) for t in taus] for run in (xeon, epyc)
+    ]
+    for t in taus:
+        mlp, linear = xeon[("kvzap_mlp", t)], xeon[("kvzap_linear", t)]
+        assert mlp["average"] >= linear["ci_low:average"]
+        assert linear["average"] == epyc[("kvzap_linear", t)]["average"]
+        seeds = [k for k in mlp if k.startswith("seed:")]
+        assert max(abs(mlp[k] - epyc[("kvzap_mlp", t)][k]) for k in seeds) <= 100 / 30 + 0.01  # one sample of 30
