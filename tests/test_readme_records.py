@@ -31,13 +31,15 @@ def test_the_readme_is_a_front_page():
 DEMO_RUNS = ("demo_seeds_bf16.json", "demo_seeds_avx2.json")  # the demo table's machines, left to right
 
 
-def recorded_cells(record: dict) -> dict:
+def recorded_cells(name: str) -> dict:
+    """A demo record's cells by (method, value)."""
+    record = json.loads((RECORDS / name).read_text())
     return {(c["method"], None if c["value"] != c["value"] else round(c["value"], 3)): c for c in record["cells"]}
 
 
 def test_demo_table_is_the_recorded_runs():
     """Each machine's ratio and score [interval], then, for a cell with several surrogate seeds, each seed's score."""
-    runs = [recorded_cells(json.loads((RECORDS / name).read_text())) for name in DEMO_RUNS]
+    runs = [recorded_cells(name) for name in DEMO_RUNS]
     rows = table_rows("## Results at a glance")
     assert [len(rows)] * len(runs) == [len(cells) for cells in runs]
     for label, parameter, *machines in rows:
@@ -88,9 +90,7 @@ def test_training_floor_is_the_record():
 def test_mlp_against_linear_on_a_third_cpu_is_the_record():
     """docs/results.md's Xeon sentence: the MLP's seed means it quotes are both records', each inside KVzap-Linear's
     interval or above it, Linear's scores equal across the machines, and every seed within one sample of the EPYC's."""
-    epyc, xeon = (
-        recorded_cells(json.loads((RECORDS / n).read_text())) for n in DEMO_RUNS[0:1] + ("demo_run_xeon_bf16.json",)
-    )
+    epyc, xeon = recorded_cells(DEMO_RUNS[0]), recorded_cells("demo_run_xeon_bf16.json")
     text = (ROOT / "docs" / "results.md").read_text(encoding="utf-8").split("A third CPU", 1)[1].split("\n\n", 1)[0]
     quoted = [[float(x) for x in m.split(" / ")] for m in re.findall(r"\d+\.\d / \d+\.\d / \d+\.\d", text)]
     taus = (-2.6, -1.6, -1.0)

@@ -88,8 +88,8 @@ def publish_args(config: dict, surrogates: list[str]) -> str:
             namespace=publish["namespace"],
             license=publish["license"],
             dataset_repo=publish["dataset_repo"] or None,
-            dry_run=bool(publish["dry_run"]),
-            private=bool(publish["private"]),
+            dry_run=publish["dry_run"],
+            private=publish["private"],
             surrogates=surrogates,
         )
     )
@@ -124,4 +124,4 @@ def aggregate_args(config: dict) -> str:
     )
     for model, metrics in surrogate_metrics(config):
         args += ["--surrogate", model, metrics]
-    return shlex.join(args + flags(allow_missing=bool(tables["allow_missing"])))
+    return shlex.join(args + flags(allow_missing=tables["allow_missing"]))
