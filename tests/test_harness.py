@@ -68,6 +68,9 @@ def test_sharded_cell_merges_to_the_unsharded_one(tiny_setup, tmp_path, monkeypa
     )
     with pytest.raises(ValueError, match="incomplete"):
         merge.merge(parts[:2], tmp_path / "broken")
+    monkeypatch.setattr("sys.argv", ["merge", "--shards", str(tmp_path / "none"), "--out", str(tmp_path / "broken")])
+    with pytest.raises(SystemExit, match=r"none has no metrics.json or predictions.csv\. Fix: run"):
+        merge.main()
 
 
 def test_cells_tables_and_figures(tiny_setup, tmp_path):

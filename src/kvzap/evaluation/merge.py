@@ -17,16 +17,19 @@ from kvzap.evaluation import long_samples
 from kvzap.evaluation.predictions import measured_means, read_predictions, seed_averages, write_predictions
 from kvzap.evaluation.suites import benchmark_module
 from kvzap.provenance import stamp
-from kvzap.refusal import entry_point
+from kvzap.refusal import Refusal, entry_point
 
 PER_SHARD = ("shard", "n_shards", "out")  # arguments that differ between the shards of one cell
 
 
 def merge(parts: list[Path], out: Path) -> dict:
+    for part in parts:
+        if missing := [f for f in ("metrics.json", "predictions.csv") if not (part / f).is_file()]:
+            raise Refusal(f"Shard {part} has no {' or '.join(missing)}. Fix: run that shard's evaluation job first.")
     shards = [json.loads((p / "metrics.json").read_text()) for p in parts]
     first = shards[0]
     if sorted(s["shard"] for s in shards) != list(range(first["n_shards"])):
-        raise ValueError(f"Shards of {out} are incomplete: got {[s['shard'] for s in shards]} of {first['n_shards']}.")
+        raise Refusal(f"Shards of {out} are incomplete: got {[s['shard'] for s in shards]} of {first['n_shards']}.")
     predictions = pd.concat(
         [read_predictions(p / "predictions.csv", s["json_columns"]) for p, s in zip(parts, shards)], ignore_index=True
     )
