@@ -1,14 +1,14 @@
 """`python -m kvzap.plan CONFIG [OVERLAY ...]`: the start-up checks of a run, without Snakemake's YAML loader (which
-names no line for a syntax error); with --forecast, what the run will cost (kvzap.plan.forecast)."""
+names no line for a syntax error); with --forecast, what the run will cost (kvzap.plan.forecast), and with
+--calibrate, at this machine's measured speed, stage by stage on its cores (kvzap.plan.calibrate, .schedule)."""
 
 import argparse
+import json
+import os
 from pathlib import Path
 
-from snakemake.utils import validate as fill_defaults
-
-from kvzap.plan import forecast, overlays
-from kvzap.plan.checks import check
-from kvzap.plan.schema import SCHEMA, validate
+from kvzap.atomic import atomic_write_json
+from kvzap.plan import forecast, overlays, schedule
 from kvzap.plan.sweep import cells
 from kvzap.refusal import entry_point
 
@@ -18,23 +18,41 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Check a kvzap config as a run would, before any job.")
     parser.add_argument("config", type=Path, nargs="+", help="a config and the overlays merged on it, as --configfile")
     parser.add_argument("--forecast", action="store_true", help="print jobs, tokens and GPU-hours per stage and model")
-    parser.add_argument("--throughput", type=Path, default=None, help="JSON replacing forecast throughput defaults")
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--throughput", type=Path, default=None, help="JSON replacing forecast throughput defaults")
+    source.add_argument(
+        "--calibrate",
+        type=Path,
+        default=None,
+        metavar="OUT",
+        help="measure the config's models here (about a minute each), write the throughput table to OUT and "
+        "forecast with it, stage by stage on this machine",
+    )
+    parser.add_argument("--cores", type=int, default=None, help="also give each stage's wall time on this many cores")
     args = parser.parse_args(argv)
-    if args.throughput is not None and not args.forecast:
-        raise SystemExit(f"--throughput {args.throughput} is read by the forecast only: add --forecast.")
-    try:
-        config = overlays.load(args.config)
-    except ValueError as err:
-        raise SystemExit(str(err)) from None
-    validate(config)
-    fill_defaults(config, str(SCHEMA))
-    check(config)
+    if not args.forecast and (args.throughput or args.calibrate or args.cores):
+        raise SystemExit("--throughput, --calibrate and --cores are read by the forecast only: add --forecast.")
+    config = overlays.planned(args.config)
     print(f"{' + '.join(map(str, args.config))}: valid, {len(cells(config))} evaluation cells")
-    if args.forecast:
-        from tabulate import tabulate
+    if not args.forecast:
+        return
+    from tabulate import tabulate
 
-        rows = forecast.forecast(config, forecast.read_throughput(args.throughput))
-        print(tabulate(rows, headers="keys", floatfmt=",.2f", intfmt=","))
+    if args.calibrate:
+        from kvzap.plan.calibrate import calibrate
+
+        table = calibrate(config)
+        atomic_write_json(args.calibrate, table)
+        print(f"measured on this machine ({args.calibrate}):\n{json.dumps(table, indent=1)}")
+        args.cores = args.cores or os.cpu_count()
+    else:
+        table = forecast.read_throughput(args.throughput)
+    print(tabulate(forecast.forecast(config, table), headers="keys", floatfmt=",.2f", intfmt=","))
+    print(tabulate(forecast.scaling(config, table), headers="keys"))
+    if args.cores:
+        spans = schedule.stage_spans(forecast.jobs(config, table), args.cores)
+        print(f"\nEach stage's wall time on {args.cores} cores (first job start to last job end; they overlap):")
+        print(tabulate([{"stage": k, "seconds": round(v)} for k, v in spans.items()], headers="keys"))
 
 
 if __name__ == "__main__":

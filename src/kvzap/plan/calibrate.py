@@ -1,0 +1,213 @@
+"""The forecast's throughput table measured on this machine, for each model of a config, in about a minute: the
+work of every stage on a few samples, through the code the jobs run, at the threads the jobs get.
+
+- prepare: the model prepared into a temporary folder (an offline model's conversion; a Hub model's is its download,
+  not timed), which the measurements below then load;
+- a job's start: a fresh interpreter importing what an evaluation job imports, plus the model's load;
+- oracle: `kvzap.training.collect` on real corpus prompts (their mean length is kept too), at the oracle's threads;
+- training: `fit_mlp` and `fit_ridge` on those pairs, at the training threads;
+- evaluation: a prefill at the first benchmark's context, and decoding steps over the batched cache of a prefill
+  group (kvzap.evaluation.shared_prefill, one row and the group's rows) and over a dense cache (the per-cell path);
+  a step's read of its rows' KV is inside these times, so the table sets no separate KV bandwidth for it.
+Every number is a median of repeats after a warm-up, in the config's dtype as `dtype: auto` resolves it here.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+from transformers import DynamicCache
+
+from kvzap import dtypes
+from kvzap.evaluation.grouping import samples_per_decode
+from kvzap.evaluation.shared_prefill import batched_cache, kept_rows, record
+from kvzap.plan import forecast
+from kvzap.plan.cluster import resource
+from kvzap.plan.sweep import PREFILL_GROUP, eval_jobs
+from kvzap.prepare import models
+from kvzap.pruning.attention import use_kvzap_attention
+from kvzap.training import corpus
+from kvzap.training.collect import collect_split
+from kvzap.training.fit import fit_mlp, fit_ridge
+
+ORACLE_PROMPTS = 5  # real corpus prompts scored (and then fitted on): about a second each on 2 cores
+DECODE_STEPS = 6
+# a step's KV read is inside the measured step times here: a bandwidth this high adds nothing to them
+MEASURED_IN_STEP = 1e18
+IMPORTS = "import kvzap.evaluation.job, kvzap.evaluation.shared_prefill"  # what an evaluation job imports first
+
+
+@contextmanager
+def threads(count: int):
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def median_seconds(work, repeats: int = 3, warm: bool = True) -> float:
+    """The median wall time of `work()` over `repeats` runs, after one warm-up run unless `warm` is False."""
+    if warm:
+        work()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        work()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def _cores(config: dict, model: str, stage: str) -> int:
+    value = resource(config, model, stage, "cpus")
+    return os.cpu_count() if value == "all" else int(value)
+
+
+def _interpreter_seconds(code: str) -> float:
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    return time.perf_counter() - start
+
+
+def _group_rows(config: dict, model: str) -> int:
+    """The rows one decode of the first prefill group holds (samples x the cells decoded at once), else 1."""
+    for job in eval_jobs(config):
+        if job.model == model and job.group == PREFILL_GROUP:
+            runs = sum(forecast._runs(config, method) for method, _ in job.cells)
+            decode_batch = config["evaluation"]["decode_batch"]
+            samples = samples_per_decode(config["evaluation"]["batch_size"].get(model, 1), decode_batch, runs)
+            return samples * min(decode_batch, runs)
+    return 1
+
+
+def _context(config: dict) -> int:
+    """The first benchmark's context length: a RULER subset, else the typical LongBench context."""
+    bench = next(iter(config["evaluation"]["benchmarks"].values()))
+    return int(bench["subsets"][0]) if bench["benchmark"] == "ruler" else forecast.TYPICAL["longbench_context_tokens"]
+
+
+def _steps(model, cache, rows: int, start: int) -> None:
+    """DECODING_STEPS one-token forwards of `rows` rows on `cache`, as a decode feeds them."""
+    for step in range(DECODE_STEPS):
+        ids = torch.zeros(rows, 1, dtype=torch.long, device=model.device)
+        positions = torch.full((rows, 1), start + step, device=model.device)
+        model(input_ids=ids, past_key_values=cache, position_ids=positions, logits_to_keep=1)
+
+
+def _decode_seconds(model, context_ids: torch.Tensor, rows: int, shared: bool) -> float:
+    """One decoding step of `rows` rows over the prefill of `context_ids`: through a prefill group's batched cache
+    (`shared`, the "kvzap" attention over packed rows) or a plain dense cache (the per-cell path)."""
+    prefill = record(model, context_ids)
+    length = context_ids.shape[1]
+
+    def run():
+        if shared:
+            cache = batched_cache(
+                [(prefill, [kept_rows(model, prefill, None)] * rows)], model.config.num_key_value_heads
+            )
+        else:
+            cache = DynamicCache(config=model.config)
+            for i, (k, v) in enumerate(zip(prefill.keys, prefill.values)):
+                cache.update(k.expand(rows, -1, -1, -1).contiguous(), v.expand(rows, -1, -1, -1).contiguous(), i)
+        _steps(model, cache, rows, length)
+
+    return median_seconds(run, repeats=2) / DECODE_STEPS
+
+
+@torch.no_grad()
+def _evaluation(config: dict, name: str, model, tokenizer) -> dict:
+    context = _context(config)
+    ids = torch.randint(100, tokenizer.vocab_size - 1, (1, context), generator=torch.Generator().manual_seed(0))
+    rows = _group_rows(config, name)
+    with threads(_cores(config, name, "evaluate")):
+        prefill = median_seconds(lambda: model(input_ids=ids, logits_to_keep=1))
+        dense = _decode_seconds(model, ids, 1, shared=False)
+        use_kvzap_attention(model)  # a prefill group's batched cache is read by the "kvzap" attention, as in the job
+        one = _decode_seconds(model, ids, 1, shared=True)
+        many = _decode_seconds(model, ids, rows, shared=True) if rows > 1 else one
+    return {
+        "prefill_tokens_per_s": context / prefill,
+        "decode_step_s": dense,
+        "decode_row_s": (many - one) / (rows - 1) if rows > 1 else 0.0,
+        "pruned_step_factor": one / dense,
+        "kv_read_bytes_per_s": MEASURED_IN_STEP,
+    }
+
+
+def _oracle_and_training(config: dict, name: str, model, tokenizer, folder: Path) -> tuple[dict, float]:
+    """The oracle's tokens per second and the fits' (pair, layer) visits per second, from the same real prompts."""
+    oracle, training = config["oracle"], config["training"]
+    prompts = corpus.select(oracle["corpus"], tokenizer, oracle["min_tokens"], oracle["max_tokens"], 0, 1)["train"]
+    source = corpus.subsets(oracle["corpus"])
+    while len(prompts) < ORACLE_PROMPTS:  # one prompt per subset per call: enough subsets for most corpora
+        prompts += prompts[: ORACLE_PROMPTS - len(prompts)]
+    prompts = prompts[:ORACLE_PROMPTS]
+    per_prompt = None if oracle["tokens_per_prompt"] == "all" else int(oracle["tokens_per_prompt"])
+    settings = {"calibration": source[0]}
+    record_ = {"model_id": name, "revision": "calibration"}
+    with threads(_cores(config, name, "oracle")):  # the first prompt warms up, the others are timed
+        collect_split(model, tokenizer, prompts[:1], folder / "warm", settings, per_prompt, 10**9, 0, record_)
+        start = time.perf_counter()
+        timed = prompts[1:]
+        manifest = collect_split(model, tokenizer, timed, folder / "train", settings, per_prompt, 10**9, 0, record_)
+        oracle_s = time.perf_counter() - start
+    lengths = [len(tokenizer(p.text)["input_ids"]) for p in timed]
+    repeat_tokens = sum(lengths) * forecast.ORACLE_REPEAT
+    visits = manifest["n_pairs"] * len(manifest.get("layers", range(manifest["n_layers"])))
+    epochs = 4
+    with threads(_cores(config, name, "train")):
+        mlp = median_seconds(
+            lambda: fit_mlp(folder / "train", folder / "mlp", epochs, training["lr"], training["batch_size"]),
+            repeats=1,
+            warm=False,
+        )
+        linear = median_seconds(lambda: fit_ridge(folder / "train", training["alpha"]), repeats=1, warm=False)
+    speed = {
+        "oracle_tokens_per_s": repeat_tokens / oracle_s,
+        "mlp_pair_layers_per_s": visits * epochs / mlp,
+        "linear_pair_layers_per_s": visits / linear,
+    }
+    return speed, statistics.mean(lengths)
+
+
+def measure(config: dict, name: str, model, tokenizer, folder: Path) -> tuple[dict, float]:
+    """One loaded model's oracle, training and evaluation speeds (scratch files in `folder`), and the mean length of
+    the corpus prompts it scored."""
+    trained, length = _oracle_and_training(config, name, model, tokenizer, folder)
+    return {**trained, **_evaluation(config, name, model, tokenizer)}, length
+
+
+def calibrate(config: dict) -> dict:
+    """A throughput table (kvzap.plan.forecast's keys, per model, measured here) for `config`."""
+    table: dict = {"light_job_s": _interpreter_seconds("import kvzap.report.aggregate, kvzap.report.figures")}
+    imports = _interpreter_seconds(IMPORTS)
+    lengths = []
+    for name, entry in config["models"].items():
+        with tempfile.TemporaryDirectory(prefix="kvzap-calibrate-") as tmp:
+            folder = Path(tmp)
+            start = time.perf_counter()
+            models.prepare(entry["id"], folder / "model", entry.get("revision"))
+            prepare_s = time.perf_counter() - start
+            dtype = dtypes.resolve(entry.get("dtype", "auto"), "cuda" if torch.cuda.is_available() else "cpu")
+            start = time.perf_counter()
+            model, tokenizer = models.load(folder / "model" / "model.json", dtype=dtype)
+            load_s = time.perf_counter() - start
+            speed, length = measure(config, name, model, tokenizer, folder)
+            lengths.append(length)
+        offline = entry["id"].startswith("offline/")  # a Hub model's prepare is a download: not this machine's speed
+        table[name] = {
+            **speed,
+            "job_start_s": imports + load_s,
+            **({"prepare_s": imports + prepare_s} if offline else {}),
+        }
+    table["oracle_prompt_tokens"] = statistics.mean(lengths)
+    return table
