@@ -74,6 +74,7 @@ TYPICAL = {
     "question_tokens": 32,  # a question and its chat template, fed after the context
 }
 ORACLE_REPEAT = 2  # the oracle's prompt holds the context twice (user: ctx, assistant: ctx)
+REPEAT_PASS = ("kvzip", "kvzip_plus")  # kvpress's KVzipPress repeats the context on its cache to score it
 STAGES = ("prepare", "oracle", "train", "evaluate", "report")
 RESOURCE_STAGE = {"prepare": "prepare", "oracle": "oracle", "train": "train", "evaluate": "evaluate"}
 
@@ -197,7 +198,7 @@ def _priced(config: dict, job: EvalJob, speed: Speed, typical: dict, grouped: bo
     per_call = samples_per_decode(rows, decode_batch, runs) if grouped else rows if aime else 1
     batches = math.ceil(runs / decode_batch) if grouped else runs
     fraction = typical["expected_new_fraction"][bench["benchmark"]]
-    own = methods.METHODS[job.cells[0][0]].own_prefill and not grouped
+    repeat = job.cells[0][0] in REPEAT_PASS and not grouped
     shards = bench["shards"]
     seconds, seconds_max, prefill, new_max, new_expected = 0.0, 0.0, 0.0, 0.0, 0.0
     for subset in bench["subsets"]:
@@ -206,14 +207,14 @@ def _priced(config: dict, job: EvalJob, speed: Speed, typical: dict, grouped: bo
         prompt = context + typical["question_tokens"]
         calls = math.ceil(samples / per_call)
         prefill_s = samples * prompt / speed["prefill_tokens_per_s"] * (1 if grouped else runs)
-        if own:  # KVzip's repeat pass (the context twice, scored as the oracle scores it)
-            prefill_s += samples * ORACLE_REPEAT * context / speed["oracle_tokens_per_s"]
+        if repeat:  # the context's repetition on its cache, scored as the oracle scores it
+            prefill_s += samples * context / speed["oracle_tokens_per_s"]
         decode_rows = per_call * min(decode_batch, runs)
         step = speed.step_s(decode_rows, context + new * fraction / 2, pruned)
         step_max = speed.step_s(decode_rows, context + new / 2, pruned)
         seconds += prefill_s + calls * batches * new * fraction * step
         seconds_max += prefill_s + calls * batches * new * step_max
-        prefill += samples * prompt * (1 if grouped else runs) * (ORACLE_REPEAT + 1 if own else 1)
+        prefill += samples * (prompt + (context if repeat else 0)) * (1 if grouped else runs)
         new_max += samples * new * runs
         new_expected += samples * new * fraction * runs
     start = speed["job_start_s"]
