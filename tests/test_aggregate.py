@@ -112,3 +112,33 @@ def test_cli_writes_tables_2_and_3(cells, tmp_path):
     assert best.loc["average", "compression_ratio"] == pytest.approx((0.6 + 0.7) / 2)
     assert pd.read_csv(out / "best_auto.csv")["tolerance"].eq(0.5).all()
     assert pd.read_csv(out / "overhead.csv")[["model", "D_int"]].values.tolist() == [["m", 12288]]
+
+
+def test_results_name_each_cells_attention_and_flag_the_row_loop_on_a_gpu(tmp_path):
+    """A GPU cell served by the row loop alone (varlen unavailable or untrusted) is flagged in results.csv and in
+    results.md; one where varlen served beside it (padded windows) is not, nor a cell written without a record."""
+
+    def served(kernels, device):
+        return {"implementations": ["kvzap"], "segment_kernels": kernels, "devices": [device], "compiled": False}
+
+    cells = [
+        ("full", None, {}),  # no record
+        ("kvzap_linear", -4.0, {"attention": served(["rows"], "cuda")}),
+        ("kvzap_mlp", -4.0, {"attention": served(["rows", "varlen"], "cuda")}),
+    ]
+    root = tmp_path / "results"
+    paths = [
+        write_cell(root, "m", "longbench", "lcc", method, value, ratio=0.5, average=60.0, **record)
+        for method, value, record in cells
+    ]
+    out = tmp_path / "tables"
+    aggregate.aggregate(paths, [], out)
+    results = pd.read_csv(out / "results.csv", keep_default_na=False).set_index("method")
+    assert results.loc["kvzap_linear", ["attention", "attention_warning"]].tolist() == [
+        "kvzap (rows) on cuda",
+        "⚠ row loop on GPU",
+    ]
+    assert results.loc["kvzap_mlp", ["attention", "attention_warning"]].tolist() == ["kvzap (rows, varlen) on cuda", ""]
+    assert results.loc["full", ["attention", "attention_warning"]].tolist() == ["", ""]
+    flagged = [line for line in (out / "results.md").read_text().splitlines() if "⚠ row loop on GPU" in line]
+    assert len(flagged) == 1 and "kvzap_linear" in flagged[0]

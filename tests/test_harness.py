@@ -61,6 +61,7 @@ def test_sharded_cell_merges_to_the_unsharded_one(tiny_setup, tmp_path, monkeypa
     merged = json.loads((tmp_path / "merged" / "metrics.json").read_text())
     for key in ("per_task", "average", "compression_ratio", "n_samples"):
         assert merged[key] == pytest.approx(whole[key])
+    assert merged["attention"] == whole["attention"] and whole["attention"]["segment_kernels"]  # the shards' union
     columns = ["sample_id", "prediction", "compression_ratio", "answers"]
     frame = lambda d: pd.read_csv(d / "predictions.csv", keep_default_na=False).sort_values("sample_id")[columns]  # noqa: E731
     pd.testing.assert_frame_equal(
@@ -88,9 +89,21 @@ def test_cells_tables_and_figures(tiny_setup, tmp_path):
     assert ratios["full"] == 0.0 and ratios["knorm"] == 0.5
     assert ratios["kvzap_linear"] == 0.0  # tau far below every score prunes nothing
     assert 0.0 < json.loads(paths[2].read_text())["compression_ratio"] < 1.0
+    # what served each cell: sdpa where nothing is pruned or kvpress drops entries from a dense cache, kvzap's
+    # attention and its CPU kernels over KVzap's pruned layers (the prefill's causal forward, then decoding steps)
+    attention = [json.loads(path.read_text())["attention"] for path in paths]
+    dense = {"implementations": ["sdpa"], "segment_kernels": [], "devices": ["cpu"], "compiled": False}
+    pruned = {
+        "implementations": ["kvzap"],
+        "segment_kernels": ["decode", "flash"],
+        "devices": ["cpu"],
+        "compiled": False,
+    }
+    assert attention == [dense, dense, pruned, pruned]
 
     results = aggregate.aggregate(paths, [], tmp_path / "tables")
     assert len(results) == 4 and "task:vt" in results
+    assert results["attention"].tolist() == ["sdpa on cpu"] * 2 + ["kvzap (decode, flash) on cpu"] * 2
     assert (tmp_path / "tables" / "results.md").read_text().startswith("## results")
     provenance = json.loads((tmp_path / "tables" / "provenance.json").read_text())
     assert len(provenance["params"]["sources"]) == 4 and provenance["git_commit"]

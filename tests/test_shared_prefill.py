@@ -96,7 +96,9 @@ def test_from_rows_attends_over_exactly_its_rows():
 
 
 def test_a_group_job_writes_what_each_cell_alone_writes(tmp_path, setup):
-    """Samples batched two at a time in the group, one at a time alone: the same bytes."""
+    """Samples batched two at a time in the group, one at a time alone: the same bytes, but for the attention that
+    served them: kvzap's kernels over the group's batched pruned cache serve each of its cells, sdpa a cell alone
+    (kvpress's presses drop entries from a dense cache)."""
     tok = tiny_tokenizer()
     model = tiny_model("llama", len(tok), max_position_embeddings=2048, **SHAPE)
     model.save_pretrained(tmp_path / "hf")
@@ -116,11 +118,18 @@ def test_a_group_job_writes_what_each_cell_alone_writes(tmp_path, setup):
     run(cells, tmp_path / "group", batch_size=4)  # 2 samples x 2 cells per decode
     for cell in cells:
         run([cell], tmp_path / "alone")
+    served = {"group": (["kvzap"], ["decode", "flash"]), "alone": (["sdpa"], [])}
     for cell in cells:
         for subset in subsets:
-            for name in ("predictions.csv", "metrics.json"):
-                group, alone = (tmp_path / root / cell / subset / name for root in ("group", "alone"))
-                assert group.read_bytes() == alone.read_bytes(), (cell, subset, name)
+            group, alone = (tmp_path / root / cell / subset for root in ("group", "alone"))
+            assert (group / "predictions.csv").read_bytes() == (alone / "predictions.csv").read_bytes(), (cell, subset)
+            metrics = {
+                root: json.loads((tmp_path / root / cell / subset / "metrics.json").read_text()) for root in served
+            }
+            for root, (implementations, kernels) in served.items():
+                attention = metrics[root].pop("attention")
+                assert (attention["implementations"], attention["segment_kernels"]) == (implementations, kernels)
+            assert metrics["group"] == metrics["alone"], (cell, subset)
 
 
 def _spec(tmp_path, cells, **settings) -> JobSpec:

@@ -12,6 +12,7 @@ import argparse
 import json
 from contextlib import nullcontext
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import pandas as pd
@@ -22,7 +23,8 @@ from transformers import StoppingCriteria, StoppingCriteriaList, pipeline
 
 from kvzap import families
 from kvzap.atomic import atomic_write_json
-from kvzap.evaluation import long_samples, methods, presses, refusals
+from kvzap.evaluation import attention_record, long_samples, methods, presses, refusals
+from kvzap.evaluation.attention_served import attention_served
 from kvzap.evaluation.grouping import samples_per_decode
 from kvzap.evaluation.predictions import measured_means, seed_averages, write_predictions
 from kvzap.evaluation.prefill_cache import memory_after_prefill, prefill_cache
@@ -274,23 +276,34 @@ def evaluate_subset(spec: JobSpec, loaded: Loaded, subset: str, outs: list[Path]
 
     sampled = bool(loaded.generation and loaded.generation.get("do_sample"))
     flat = [press for cell in loaded.built for _, press in cell]
-    if shares_prefill(loaded.model, loaded) and not sampled:
+    model, tokenizer = loaded.model, loaded.tokenizer
+    if shares_prefill(model, loaded) and not sampled:
         decode_batch = spec.decode_batch or len(flat)
         samples = samples_per_decode(spec.batch_size, decode_batch, len(flat))
-        answers = iter(run_greedy_shared(loaded.model, loaded.tokenizer, rows, flat, decode_batch, samples))
-    elif sampled:
-        model, tokenizer, generation = loaded.model, loaded.tokenizer, loaded.generation
-        answers = iter(
-            run_sampling(model, tokenizer, rows, press, generation, spec.seed, spec.batch_size) for press in flat
+        group, attention = recorded(
+            model, partial(run_greedy_shared, model, tokenizer, rows, flat, decode_batch, samples)
         )
+        answers = iter((output, attention) for output in group)  # what served the group served each of its cells
+    elif sampled:
+        settings = (loaded.generation, spec.seed, spec.batch_size)
+        answers = (recorded(model, partial(run_sampling, model, tokenizer, rows, press, *settings)) for press in flat)
     else:
-        answers = iter(run_greedy(loaded.model, loaded.tokenizer, rows, press) for press in flat)
-    outputs = [with_seeds([(seed, next(answers)) for seed, _ in cell]) for cell in loaded.built]
+        answers = (recorded(model, partial(run_greedy, model, tokenizer, rows, press)) for press in flat)
+    per_cell = [[(seed, *next(answers)) for seed, _ in cell] for cell in loaded.built]  # (seed, outputs, attention)
+    outputs = [with_seeds([(seed, output) for seed, output, _ in cell]) for cell in per_cell]
+    served = [attention_record.union([attention for *_, attention in cell]) for cell in per_cell]
     common = spec.params(sampled) | {"dataset_revision": read}
     return [
-        write_cell(spec, loaded, rows, output, subset, cell, out, common)
-        for cell, output, out in zip(loaded.cells, outputs, outs)
+        write_cell(spec, loaded, rows, output, subset, cell, out, common, attention)
+        for cell, output, out, attention in zip(loaded.cells, outputs, outs, served)
     ]
+
+
+def recorded(model, run) -> tuple[object, dict]:
+    """A run's outputs and the attention that served it (kvzap.evaluation.attention_record)."""
+    with attention_served(model) as attention:
+        outputs = run()
+    return outputs, attention
 
 
 def max_positions(model) -> int:
@@ -300,10 +313,18 @@ def max_positions(model) -> int:
 
 
 def write_cell(
-    spec: JobSpec, loaded: Loaded, rows, outputs, subset: str, cell: tuple[str, float | None], out: Path, common: dict
+    spec: JobSpec,
+    loaded: Loaded,
+    rows,
+    outputs,
+    subset: str,
+    cell: tuple[str, float | None],
+    out: Path,
+    common: dict,
+    attention: dict,
 ) -> dict:
     """One cell's predictions.csv and metrics.json; its provenance names its own method and value, as a job of
-    this cell alone would, and the dataset revision read."""
+    this cell alone would, the dataset revision read, and the attention that served it."""
     method, value = cell
     predictions = rows.drop(columns=["context"]).merge(outputs, on="sample_id")
     score = lambda rows: loaded.bench.score(rows, frozenset(spec.departures))  # noqa: E731
@@ -324,6 +345,7 @@ def write_cell(
             "shard": spec.shard,
             "n_shards": spec.n_shards,
             "provenance": stamp(params, models.read_record(spec.model), spec.seed),
+            attention_record.FIELD: attention,
         }
     )
     metrics["json_columns"] = write_predictions(predictions, out / "predictions.csv")

@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from kvzap.atomic import atomic_write_json
-from kvzap.evaluation import long_samples
+from kvzap.evaluation import attention_record, long_samples
 from kvzap.evaluation.predictions import measured_means, read_predictions, seed_averages, write_predictions
 from kvzap.evaluation.suites import benchmark_module
 from kvzap.provenance import stamp
@@ -52,6 +52,8 @@ def merge(parts: list[Path], out: Path) -> dict:
                 ),
                 "shards": [s["provenance"]["params_hash"] for s in shards],
             },
+            # what served any shard served the cell
+            attention_record.FIELD: attention_record.union([s.get(attention_record.FIELD) for s in shards]),
         }
     )
     metrics["json_columns"] = write_predictions(predictions, out / "predictions.csv")

@@ -15,12 +15,15 @@ the kept cache. Four implementations, each exact against the masking reference:
 - `_rows` (everything else): row by row, a chunk of queries at a time so that no score matrix exceeds the
   budget. Rows never share a matmul: a block of n rows scoring every row's queries against all their
   slots (other rows' masked) wastes (n - 1) / n of its work, and needs a per-slot owner to mask with.
+Each call counts the kernel that served it (`SERVED`, `kernels_served`): a run's provenance names its kernels.
 """
 
 from __future__ import annotations
 
 import math
 import warnings
+from collections import Counter
+from collections.abc import Iterator
 from contextlib import contextmanager
 from copy import copy
 from dataclasses import dataclass, field
@@ -34,6 +37,22 @@ except ImportError:  # an older torch: the row paths serve CUDA too
     varlen_attn = None
 
 VARLEN_DTYPES = (torch.float16, torch.bfloat16)
+KERNELS = ("varlen", "decode", "flash", "rows")
+# Calls each kernel served in this process, by name: read it, or take a block's share with `kernels_served`.
+SERVED: Counter[str] = Counter()
+
+
+@contextmanager
+def kernels_served() -> Iterator[Counter]:
+    """The calls each kernel served inside the block, by name, filled in when the block ends (blocks may nest):
+    a slow or suspicious run can then be traced to the kernel that served it, e.g. the row loop standing in for
+    an untrusted varlen kernel."""
+    before = SERVED.copy()
+    used = Counter()
+    try:
+        yield used
+    finally:
+        used.update(SERVED - before)
 
 
 @dataclass(frozen=True)
@@ -98,6 +117,7 @@ def segment_attention(
         kernel = applicable_kernels(q, window.mask)[0]
         if kernel == "varlen" and not kernel_trusted(q, packed, window, heads, budget):
             kernel = "rows"
+    SERVED[kernel if kernel in KERNELS else "rows"] += 1  # any other name falls through to the row loop
     if kernel == "varlen":
         return _varlen(q, packed, window)
     if kernel == "decode":

@@ -2,8 +2,9 @@
 
 results.csv          one row per cell: model, benchmark, subset, method, value, compression ratio, samples and how many
                      were past the model's positions, surrogate seeds (scores are their mean; seed:<seed>, each
-                     one's average), scores, per-task, and each score's 95 % interval
-                     (ci_low:<score>, ci_high:<score>; kvzap.intervals)
+                     one's average), the attention that served it (implementation, segment kernels, device;
+                     "⚠ row loop on GPU" where the row loop stood in for varlen), scores, per-task, and each score's
+                     95 % interval (ci_low:<score>, ci_high:<score>; kvzap.intervals)
 surrogates.csv       Table 1: mean R^2 per model and surrogate kind
 best.csv             Table 2: the KVzap configuration fixed per model (--table2), full cache -> KVzap score and
                      compression ratio per benchmark, then the average compression ratio (see kvzap.report.tables)
@@ -29,6 +30,7 @@ from pathlib import Path
 import pandas as pd
 
 from kvzap.atomic import atomic_path, atomic_write_json, atomic_write_text
+from kvzap.evaluation import attention_record
 from kvzap.evaluation.predictions import KV_MEMORY
 from kvzap.intervals import ci_columns
 from kvzap.provenance import stamp
@@ -59,6 +61,7 @@ def cell_row(path: Path) -> dict:
         "past_positions": metrics["long_samples"]["count"],
         # a cell run with several surrogate seeds: its scores are their mean, and seed:<seed> each one's average
         "n_seeds": max(1, len(metrics.get("seeds") or {})),
+        **attention_columns(metrics.get(attention_record.FIELD)),
     }
     row.update({f"seed:{seed}": average for seed, average in (metrics.get("seeds") or {}).items()})
     row.update({k: metrics[k] for k in SCORE_KEYS + KV_MEMORY if metrics.get(k) is not None})
@@ -69,6 +72,16 @@ def cell_row(path: Path) -> dict:
         if interval is not None:
             row.update(zip(ci_columns(column), interval))
     return row
+
+
+def attention_columns(record: dict | None) -> dict:
+    """What served a cell (kvzap.evaluation.attention_record), and a warning to see where the row loop served it on a
+    GPU; both empty for a cell written before cells recorded it."""
+    warning = record is not None and attention_record.row_loop_on_gpu(record)
+    return {
+        "attention": attention_record.describe(record),
+        "attention_warning": attention_record.ROW_LOOP_ON_GPU if warning else "",
+    }
 
 
 def _r2(record: dict) -> dict:
