@@ -382,14 +382,22 @@ def test_forecast_table_is_its_command():
 
 
 def test_forecast_prose_is_its_command(tmp_path):
-    """683 expected GPU-hours with AIME's batched rollouts, 1,229 with one rollout per generate call."""
+    """1,693 expected GPU-hours with AIME's batched rollouts, 3,146 with one rollout per generate call."""
     one_row = tmp_path / "batch_1.yaml"
     one_row.write_text("evaluation:\n  batch_size: {qwen3-8b: 1, llama-3.1-8b-instruct: 1, qwen3-32b: 1}\n")
-    batched = forecast(ROOT / "config" / "paper.yaml")["shared", "all"][4]
-    single = forecast(ROOT / "config" / "paper.yaml", one_row)["shared", "all"][4]
-    claim = "683 expected GPU-hours in all, against 1,229 with one rollout per call"
+    batched = forecast(ROOT / "config" / "paper.yaml")["shared", "all"][5]
+    single = forecast(ROOT / "config" / "paper.yaml", one_row)["shared", "all"][5]
+    claim = "1,693 expected GPU-hours in all, against 3,146 with one rollout per call"
     assert claim in flat(doc(PIPELINE))
     assert mismatches(numbers(claim), [float(batched.replace(",", "")), float(single.replace(",", ""))]) == []
+    rows = forecast(ROOT / "config" / "paper.yaml")
+    per_token = {
+        m: float(rows["shared", m][5].replace(",", "")) / float(rows["shared", m][1].replace(",", ""))
+        for m in ("qwen3-8b", "qwen3-32b")
+    }
+    claim = "Qwen3-32B costs 4.8× Qwen3-8B's GPU-hours per prefill token"
+    assert claim in flat(doc(PIPELINE))
+    assert mismatches(numbers(claim), [per_token["qwen3-32b"] / per_token["qwen3-8b"]]) == []
 
 
 # --- the comparison can fail ------------------------------------------------------------------------------------
