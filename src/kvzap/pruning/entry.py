@@ -4,10 +4,12 @@ Entry refuses, before anything on the model changes, what would otherwise fail d
 silently wrong: something that is not a causal LM, weights not loaded (meta) or not floating point, and a
 press already active on the model (presses do not nest: two hooks would judge the same tokens under two
 rules). The cache is only known at the first forward, where the press prunes the full-attention layers of a
-DynamicCache (a hybrid model's sliding-window layers keep their own bounded cache, kvzap.layer_types).
+DynamicCache (a hybrid model's sliding-window layers keep their own bounded cache, kvzap.layer_types), and checks
+the presses hooked there (kvzap.pruning.wrappers: a kvpress wrapper such as ComposedPress may hold ours).
 Leaving restores what kvpress's `BasePress` and the "kvzap" attention changed: the attention implementation (if the
 block left a pruned cache, which only that implementation can read, for the forwards that ask for attention weights
-over none) and the `rotary_emb` attribute kvpress puts on every attention module.
+over none) and the `rotary_emb` attribute kvpress puts on every attention module. A press entered by a kvpress
+wrapper has no block of its own to leave: it hands the attention back as a block that left a pruned cache does.
 """
 
 from __future__ import annotations
@@ -48,8 +50,9 @@ def active_presses(modules) -> list[BasePress]:
     return found
 
 
-def check_model(press: BasePress, model) -> None:
-    """Raise, naming the value and the fix, if `press` cannot be entered on `model`."""
+def check_model(press: BasePress, model, wrapped: bool = False) -> None:
+    """Raise, naming the value and the fix, if `press` cannot be entered on `model` (`wrapped`: by a kvpress wrapper
+    that holds it)."""
     name = type(press).__name__
     if not isinstance(model, PreTrainedModel) or _layers(model) is None:
         raise TypeError(
@@ -65,19 +68,18 @@ def check_model(press: BasePress, model) -> None:
     if others:
         raise RuntimeError(
             f"{type(others[0]).__name__} is already active on this model: presses do not nest, so leave its "
-            f"`with` block before entering {name} (or use one press)."
+            f"`with` block before entering {'a press that holds ' if wrapped else ''}{name} (or use one press)."
         )
 
 
-def refuse_other_presses(press: BasePress, module) -> None:
-    """Raise if a press other than `press` hooks `module`: a kvpress press entered inside ours (kvpress's own
-    presses do not check at entry), which would prune the same cache under a second rule."""
-    others = [p for p in active_presses([module]) if p is not press]
-    if others:
-        raise RuntimeError(
-            f"{type(others[0]).__name__} was entered inside {type(press).__name__}'s block: presses do not nest, "
-            "so use one press at a time."
-        )
+def borrow_attention(model: PreTrainedModel) -> None:
+    """Select the "kvzap" attention for a press that a kvpress wrapper enters: nothing restores the model when the
+    wrapper's block ends, so the model's own implementation is handed back at once, as after a block that left a
+    pruned cache (for the forwards that ask for attention weights over no pruned cache)."""
+    attention = AttentionHandBack.cancel(model) or model.config._attn_implementation
+    if attention != NAME:
+        model.set_attn_implementation(NAME)
+        AttentionHandBack.install(model, attention)
 
 
 @dataclass

@@ -1,4 +1,11 @@
-"""Adapters that let a KVzap surrogate score KV pairs wherever a kvpress ScorerPress is expected."""
+"""Adapters that let a KVzap surrogate score KV pairs wherever a kvpress ScorerPress is expected.
+
+Both give one score per token they are shown, from that token alone (its hidden state, or its cache position), so
+they serve every press and wrapper that scores the tokens of a forward (ours, DMSPress, AdaKVPress, KeyRerotationPress,
+...), and refuse by name one that shows them other tokens than the scores are for (DecodingPress scoring the whole
+cache from the last hidden states; ChunkPress showing the precomputed scores a slice of the forward). A wrapper that
+never calls `post_init_from_model` (PerLayerCompressionPress) gets them attached at the first score.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +16,7 @@ from kvpress.presses.scorer_press import ScorerPress
 from torch import nn
 
 from kvzap.layer_types import pruned_layers
+from kvzap.pruning.wrappers import caller_name
 from kvzap.surrogate.model import Surrogate, apply_layer, placed_like, resolve_folder
 
 
@@ -28,6 +36,7 @@ class SurrogateScorerPress(ScorerPress):
     # the caller's: it is never cast in place; one this press loaded is its own)
     _layers: dict[int, nn.Module] = field(default_factory=dict, init=False, repr=False)
     _owns_surrogate: bool = field(default=False, init=False, repr=False)
+    _attached: bool = field(default=False, init=False, repr=False)
 
     def __post_init__(self):
         super().__post_init__()
@@ -43,12 +52,26 @@ class SurrogateScorerPress(ScorerPress):
             raise ValueError(f"check_base_model must be True or False, got {self.check_base_model!r}")
 
     def post_init_from_model(self, model):
+        self._attach(model.config)
+
+    def _attach(self, config) -> None:
         if self.surrogate is None:
             self.surrogate, self._owns_surrogate = Surrogate.from_pretrained(self.surrogate_path), True
         self._layers.clear()  # a given surrogate may have been trained further since the last block
-        self.surrogate.check_matches(model.config, self.check_base_model)
+        self.surrogate.check_matches(config, self.check_base_model)
+        self._attached = True
 
     def score(self, module: nn.Module, hidden_states: torch.Tensor, keys, values, attentions, kwargs) -> torch.Tensor:
+        if keys is not None and keys.shape[-2] != hidden_states.shape[1]:
+            outer = caller_name(self, module)
+            raise ValueError(
+                f"{outer} asked SurrogateScorerPress to score {keys.shape[-2]} cached tokens from "
+                f"{hidden_states.shape[1]} hidden states, but a surrogate scores each token from its own hidden "
+                "state, once, when it arrives: for pruning while decoding use KVzapPress(..., decoding=True) or "
+                "DMSPress(SurrogateScorerPress(...), decoding=True)."
+            )
+        if not self._attached:  # a wrapper that does not pass post_init_from_model on
+            self._attach(module.config)
         idx = module.layer_idx
         layer = self._layers.get(idx)
         if layer is None or not placed_like(layer, hidden_states):
@@ -81,7 +104,10 @@ class PrecomputedScorerPress(ScorerPress):
             raise ValueError(f"offset must be an integer >= 0 (where the scored span starts), got {self.offset!r}")
 
     def post_init_from_model(self, model):
-        config, pruned = model.config, pruned_layers(model.config)
+        self._attach(model.config)
+
+    def _attach(self, config) -> None:
+        pruned = pruned_layers(config)
         layers = range(config.num_hidden_layers) if self.scores.shape[0] == config.num_hidden_layers else pruned
         got, heads = (self.scores.shape[0], self.scores.shape[-2]), config.num_key_value_heads
         if got != (len(layers), heads):
@@ -95,6 +121,17 @@ class PrecomputedScorerPress(ScorerPress):
         self._rows = {layer: row for row, layer in enumerate(layers)}
 
     def score(self, module: nn.Module, hidden_states: torch.Tensor, keys, values, attentions, kwargs) -> torch.Tensor:
+        positions = kwargs["cache_position"].shape[0]
+        shown = hidden_states.shape[1] if keys is None else keys.shape[-2]
+        if hidden_states.shape[1] != positions or shown != positions:
+            raise ValueError(
+                f"{caller_name(self, module)} asked PrecomputedScorerPress to score {shown} tokens of a forward over "
+                f"{positions}, but its scores are read at the forward's cache positions: use it where the tokens "
+                "of a whole forward are scored (KVzapPress, DMSPress, AdaKVPress, ... rather than ChunkPress, "
+                "BlockPress or DecodingPress)."
+            )
+        if not self._rows:  # a wrapper that does not pass post_init_from_model on
+            self._attach(module.config)
         table = self.scores[self._rows[module.layer_idx]]
         table = table[None] if table.dim() == 2 else table  # (B|1, H, T)
         if table.shape[0] not in (1, hidden_states.shape[0]):

@@ -1,8 +1,10 @@
 """Fixed-budget variants for the paper's ablation (Fig. 5 right): top-k per head, and top-k per layer.
 
 Both judge the tokens leaving the window in one batch, which only makes sense at prefill: they take no
-`decoding`. With window=0 they reproduce kvpress's `KVzapPress(compression_ratio)` (per head) and
-`AdaKVPress(KVzapPress)` (per layer, AdaKV's safeguard) selections.
+`decoding`. Each judgement keeps kvpress's budget of the n tokens it judges, max(1, int(n * (1 - ratio))) per head
+(a head is never emptied), and the per-layer press AdaKV's safeguard: each head first keeps its top
+int(budget * safeguard) tokens, at least one when safeguard > 0. So with window=0 they make the selections of kvpress's
+`KVzapPress(compression_ratio)` (per head) and `AdaKVPress(KVzapPress, alpha_safeguard)` (per layer).
 """
 
 from __future__ import annotations
@@ -42,7 +44,8 @@ class _FixedRatioPress(WindowedPress):
             raise ValueError(f"ratio must be a number in [0, 1) (the fraction removed), got {self.ratio!r}")
 
     def kept_per_head(self, n: int) -> int:
-        return int(n * (1 - self.ratio))
+        """kvpress's budget of n judged tokens: never 0, so a short prefill cannot empty a head."""
+        return max(1, int(n * (1 - self.ratio)))
 
 
 @dataclass
@@ -55,7 +58,8 @@ class TopKPerHeadPress(_FixedRatioPress):
 
 @dataclass
 class TopKPerLayerPress(_FixedRatioPress):
-    """A layer keeps H * k leaving tokens chosen across its kv-heads; each head first keeps its top safeguard * k."""
+    """A layer keeps H * k leaving tokens chosen across its kv-heads; each head first keeps its top
+    `guarded_per_head(k)` (AdaKV's safeguard)."""
 
     safeguard: float = field(default=0.2, kw_only=True)
 
@@ -67,8 +71,13 @@ class TopKPerLayerPress(_FixedRatioPress):
                 f"got {self.safeguard!r}"
             )
 
+    def guarded_per_head(self, kept: int) -> int:
+        """AdaKV's safeguard of a head's budget: int(kept * safeguard), at least one token unless safeguard is 0."""
+        guarded = int(kept * self.safeguard)
+        return max(1, guarded) if self.safeguard > 0 else guarded
+
     def select(self, scores: torch.Tensor) -> torch.Tensor:
         batch, heads, n = scores.shape
         k = self.kept_per_head(n)
-        guarded = scores.masked_fill(_top_mask(scores, int(self.safeguard * k)), torch.inf)
+        guarded = scores.masked_fill(_top_mask(scores, self.guarded_per_head(k)), torch.inf)
         return _top_mask(guarded.reshape(batch, heads * n), heads * k).view(batch, heads, n)

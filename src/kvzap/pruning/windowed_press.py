@@ -5,6 +5,9 @@ DMSPress). At prefill it turns the layer's dense cache into a `PrunedLayer` (evi
 (the masking reference); later forwards append to that layer and, with `decoding=True`, are judged too.
 With `prefill_chunk`, a long prefill runs in chunks (kvzap.pruning.chunked) and every chunk is judged.
 Subclasses only decide which leaving tokens survive (`select`).
+A press is entered by its own `with press(model)` block or by a kvpress wrapper that holds it (ComposedPress,
+PrefillDecodingPress): then the wrapper's block enters only its hooks, and `post_init_from_model` does the checks of
+entry; a wrapper that takes it for a ScorerPress (DMSPress) is refused by name (kvzap.pruning.wrappers).
 """
 
 from __future__ import annotations
@@ -24,8 +27,9 @@ from kvzap.layer_types import pruned_layers
 from kvzap.pruning.attention import use_kvzap_attention
 from kvzap.pruning.cache import JudgedLayer, MaskedLayer, PrunedLayer, left_layout, prefill_padding, removed_fraction
 from kvzap.pruning.chunked import check_chunk, chunked_prefill
-from kvzap.pruning.entry import ModelState, check_model, refuse_other_presses
+from kvzap.pruning.entry import ModelState, borrow_attention, check_model
 from kvzap.pruning.scorer_presses import SurrogateScorerPress
+from kvzap.pruning.wrappers import check_company, not_a_scorer, refuse_pipeline_decoding
 
 
 @dataclass
@@ -59,6 +63,7 @@ class WindowedPress(BasePress):
     _judging_chunks: bool = field(default=False, init=False, repr=False)
     _active: bool = field(default=False, init=False, repr=False)
     _pruned: bool = field(default=False, init=False, repr=False)
+    _hooked: bool = field(default=False, init=False, repr=False)  # a forward has reached the hook
 
     def __post_init__(self):
         for name in ("evict", "check_base_model"):
@@ -68,7 +73,7 @@ class WindowedPress(BasePress):
             self.scorer = SurrogateScorerPress(surrogate_path=str(self.scorer), check_base_model=self.check_base_model)
         elif isinstance(self.scorer, SurrogateScorerPress) and not self.check_base_model:
             self.scorer = replace(self.scorer, check_base_model=False)
-        if not callable(getattr(self.scorer, "score", None)):
+        if isinstance(self.scorer, WindowedPress) or not callable(getattr(self.scorer, "score", None)):
             raise TypeError(f"scorer must be a kvpress ScorerPress or a surrogate path, got {self.scorer!r}")
         if isinstance(self.window, bool) or not isinstance(self.window, numbers.Integral) or self.window < 0:
             raise ValueError(f"window must be an integer >= 0 (tokens always kept), got {self.window!r}")
@@ -82,6 +87,10 @@ class WindowedPress(BasePress):
         raise NotImplementedError
 
     def post_init_from_model(self, model):
+        """Called by `with press(model)`, or by the kvpress wrapper that holds the press (its only entry)."""
+        if not self._active:
+            refuse_pipeline_decoding(self)
+            check_model(self, model, wrapped=True)
         reason = families.pruned_attention_reason(model.config.to_dict())
         if reason:  # refused before any forward: the prefill itself would run without them on the dense layers
             raise NotImplementedError(
@@ -96,7 +105,22 @@ class WindowedPress(BasePress):
             )
         self.full_layers = frozenset(layers)
         self.scorer.post_init_from_model(model)
-        use_kvzap_attention(model)
+        if self._active:
+            use_kvzap_attention(model)  # `with press(model)` restores the model when it ends
+        else:
+            borrow_attention(model)
+
+    def score(self, module, hidden_states, keys, values, attentions, kwargs):
+        """Refused: a wrapper that scores with its press (DMSPress) takes a ScorerPress, not a whole press."""
+        raise TypeError(not_a_scorer(self, module))
+
+    def compress(self, module, hidden_states, keys, values, attentions, kwargs):
+        """Refused: a wrapper that compresses with its press takes a ScorerPress, not a whole press."""
+        raise TypeError(not_a_scorer(self, module))
+
+    def reset(self) -> None:
+        """What PrefillDecodingPress calls on its decoding press as its block ends: nothing to do, each prefill
+        starts the press over (so the wrapper's refusal, not a missing method, is what its user sees)."""
 
     @contextmanager
     def __call__(self, model):
@@ -107,6 +131,7 @@ class WindowedPress(BasePress):
                 f"This {type(self).__name__} is already active on a model: leave its `with` block first, "
                 "or use another press object."
             )
+        refuse_pipeline_decoding(self)
         check_model(self, model)
         state = ModelState.of(model)
         chunks = (
@@ -129,14 +154,16 @@ class WindowedPress(BasePress):
     def forward_hook(self, module: nn.Module, input, kwargs: dict, output):
         hidden_states = kwargs["hidden_states"]  # (B, T, D), the attention input
         cache, idx = kwargs.get("past_key_values"), module.layer_idx
+        self._hooked = True
         length = hidden_states.shape[1]
         if cache is None or idx not in self.full_layers:  # nothing kept, or a sliding layer (bounded by its window)
             return output
+        if not isinstance(cache.layers[idx], JudgedLayer):  # the prefill, or a cache this press did not prefill
+            check_company(self, module, self._active)
         if not isinstance(cache.layers[idx], JudgedLayer) and cache.layers[idx].get_seq_length() == length:
             # the prefill (its tokens alone in the cache), told without reading cache_position off the device
             if idx == min(self.full_layers):
                 self.removed_counts.clear()
-            refuse_other_presses(self, module)
             dense = cache.layers[idx]
             if type(dense) is not DynamicLayer:
                 raise TypeError(
@@ -179,7 +206,10 @@ class WindowedPress(BasePress):
     @property
     def compression_ratio(self) -> float:
         """Fraction of entries removed, mean over the pruned layers (kvpress DMSPress's definition; a hybrid model's
-        sliding layers are not pruned and not counted: `kvzap.pruning.held_kv_bytes` gives the memory of all)."""
+        sliding layers are not pruned and not counted: `kvzap.pruning.held_kv_bytes` gives the memory of all).
+        0 while a forward has judged nothing yet: ComposedPress reads it after every layer, sliding ones included."""
+        if self._hooked and not self.removed_counts:
+            return 0.0
         return self.layer_ratios.mean().item()
 
     @compression_ratio.setter
