@@ -398,6 +398,11 @@ def test_forecast_prose_is_its_command(tmp_path):
     claim = "Qwen3-32B costs 4.8× Qwen3-8B's GPU-hours per prefill token"
     assert claim in flat(doc(PIPELINE))
     assert mismatches(numbers(claim), [per_token["qwen3-32b"] / per_token["qwen3-8b"]]) == []
+    claim = "654 evaluation jobs and prices them as SLURM bills: about 1,693 GPU-hours expected (3,883 at most)"
+    assert claim in flat(doc("README.md"))
+    jobs = sum(int(rows["shared", m][0]) for m in ("qwen3-8b", "llama-3.1-8b-instruct", "qwen3-32b"))
+    expected, most = (float(rows["shared", "all"][i].replace(",", "")) for i in (5, 6))
+    assert mismatches(numbers(claim), [jobs, expected, most]) == []
 
 
 # --- the comparison can fail ------------------------------------------------------------------------------------

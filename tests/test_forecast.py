@@ -111,6 +111,17 @@ def test_a_models_own_keys_are_taken_as_measured():
     assert overall["prefill_tokens_per_s"] == pytest.approx(6_000 / 4.49, rel=0.01)  # the reference's, scaled
 
 
+def test_a_model_without_a_readable_config_is_priced_as_the_reference(monkeypatch):
+    from kvzap.plan import geometry
+
+    monkeypatch.setattr(geometry, "model_config", lambda model_id, revision=None: None)
+    unknown = geometry.Geometry.of("someone/some-model")
+    assert not unknown.known and unknown.flops_per_token == geometry.Geometry.of(geometry.REFERENCE).flops_per_token
+    config = planned("ci.yaml")
+    config["models"][MODEL]["id"] = "someone/some-model"
+    assert forecast.scaling(config)[0]["geometry"] == "unknown: priced as the reference"
+
+
 def test_a_step_costs_more_with_rows_and_context():
     speed = forecast.model_speed(planned("paper.yaml"), "qwen3-8b", {})
     one, eight = speed.step_s(1, 32_000, pruned=False), speed.step_s(8, 32_000, pruned=False)
@@ -157,16 +168,18 @@ def test_calibration_measures_a_tiny_model(tmp_path):
     config = planned("ci.yaml")
     config["training"]["epochs"] = 1
     tokenizer = tiny_tokenizer()
-    speed, length = calibrate.measure(config, MODEL, tiny_model("llama", len(tokenizer)), tokenizer, tmp_path)
-    assert 200 < length < 300  # the corpus's prompts, between oracle.min_tokens and max_tokens
+    speed, found = calibrate.measure(config, MODEL, tiny_model("llama", len(tokenizer)), tokenizer, tmp_path)
+    assert 200 < found["oracle_prompt_tokens"] < 300  # the corpus's prompts, between oracle.min_tokens and max_tokens
+    assert (found["oracle_train_prompts"], found["oracle_test_prompts"]) == (4, 2)  # an offline corpus, counted
     for key in ("prefill_tokens_per_s", "decode_step_s", "oracle_tokens_per_s", "mlp_pair_layers_per_s"):
         assert 0 < speed[key] < math.inf
     path = tmp_path / "table.json"
-    path.write_text(json.dumps({MODEL: speed}))
+    path.write_text(json.dumps({MODEL: speed, **found}))
     table = forecast.read_throughput(path)
     (oracle,) = _stage(config, "oracle", throughput=table)
     start = forecast.model_speed(config, MODEL, table)["job_start_s"]  # not measured here: the default, scaled
-    assert oracle.seconds == pytest.approx(start + 6 * 250 * 2 / speed["oracle_tokens_per_s"])
+    tokens = 6 * found["oracle_prompt_tokens"] * 2
+    assert oracle.seconds == pytest.approx(start + tokens / speed["oracle_tokens_per_s"])
 
 
 @pytest.mark.parametrize(

@@ -30,8 +30,10 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--cores", type=int, default=None, help="also give each stage's wall time on this many cores")
     args = parser.parse_args(argv)
-    if not args.forecast and (args.throughput or args.calibrate or args.cores):
-        raise SystemExit("--throughput, --calibrate and --cores are read by the forecast only: add --forecast.")
+    given = {"--throughput": args.throughput, "--calibrate": args.calibrate, "--cores": args.cores}
+    for flag, value in given.items():
+        if value is not None and not args.forecast:
+            raise SystemExit(f"{flag} {value} is read by the forecast only: add --forecast.")
     config = overlays.planned(args.config)
     print(f"{' + '.join(map(str, args.config))}: valid, {len(cells(config))} evaluation cells")
     if not args.forecast:

@@ -5,15 +5,17 @@ work of every stage on a few samples, through the code the jobs run, at the thre
   not timed), which the measurements below then load;
 - a job's start: a fresh interpreter importing what an evaluation job imports, plus the model's load;
 - oracle: `kvzap.training.collect` on real corpus prompts (their mean length is kept too), at the oracle's threads;
-- training: `fit_mlp` and `fit_ridge` on those pairs, at the training threads;
+- training: `fit_ridge` on those pairs and one epoch of `fit_mlp` drawing them over and over, at the training threads;
 - evaluation: a prefill at the first benchmark's context, and decoding steps over the batched cache of a prefill
   group (kvzap.evaluation.shared_prefill, one row and the group's rows) and over a dense cache (the per-cell path);
   a step's read of its rows' KV is inside these times, so the table sets no separate KV bandwidth for it.
-Every number is a median of repeats after a warm-up, in the config's dtype as `dtype: auto` resolves it here.
+The evaluation's numbers are medians of repeats after a warm-up, the oracle's follow a warm-up prompt, the fits are
+timed once; all in the config's dtype as `dtype: auto` resolves it here.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import statistics
 import subprocess
@@ -23,6 +25,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+import numpy as np
 import torch
 from transformers import DynamicCache
 
@@ -40,6 +43,7 @@ from kvzap.training.fit import fit_mlp, fit_ridge
 
 ORACLE_PROMPTS = 5  # real corpus prompts scored (and then fitted on): about a second each on 2 cores
 DECODE_STEPS = 6
+MLP_BATCHES = 96  # minibatches of the timed MLP epoch
 # a step's KV read is inside the measured step times here: a bandwidth this high adds nothing to them
 MEASURED_IN_STEP = 1e18
 IMPORTS = "import kvzap.evaluation.job, kvzap.evaluation.shared_prefill"  # what an evaluation job imports first
@@ -143,14 +147,31 @@ def _evaluation(config: dict, name: str, model, tokenizer) -> dict:
     }
 
 
-def _oracle_and_training(config: dict, name: str, model, tokenizer, folder: Path) -> tuple[dict, float]:
-    """The oracle's tokens per second and the fits' (pair, layer) visits per second, from the same real prompts."""
-    oracle, training = config["oracle"], config["training"]
-    prompts = corpus.select(oracle["corpus"], tokenizer, oracle["min_tokens"], oracle["max_tokens"], 0, 1)["train"]
-    source = corpus.subsets(oracle["corpus"])
-    while len(prompts) < ORACLE_PROMPTS:  # one prompt per subset per call: enough subsets for most corpora
+def _corpus(config: dict, tokenizer) -> tuple[list, dict]:
+    """ORACLE_PROMPTS corpus prompts to time the oracle on, and what the oracle stage will read: an offline corpus's
+    whole selection is cheap, so its prompt counts and mean length are measured; a Hub corpus's first prompt per
+    subset gives the mean length only (the counts stay the config's)."""
+    oracle = config["oracle"]
+    whole = not corpus.on_hub(oracle["corpus"])
+    n_test, n_train = (oracle["n_test"], oracle["n_train"]) if whole else (0, 1)
+    chosen = corpus.select(oracle["corpus"], tokenizer, oracle["min_tokens"], oracle["max_tokens"], n_test, n_train)
+    every = chosen["train"] + chosen["test"]
+    lengths = [len(tokenizer(prompt.text)["input_ids"]) for prompt in every]
+    found = {"oracle_prompt_tokens": statistics.mean(lengths)}
+    if whole:
+        found |= {"oracle_train_prompts": len(chosen["train"]), "oracle_test_prompts": len(chosen["test"])}
+    prompts = chosen["train"]
+    while len(prompts) < ORACLE_PROMPTS:  # a Hub corpus: one prompt per subset, repeated if there are few subsets
         prompts += prompts[: ORACLE_PROMPTS - len(prompts)]
-    prompts = prompts[:ORACLE_PROMPTS]
+    return prompts[:ORACLE_PROMPTS], found
+
+
+def _oracle_and_training(config: dict, name: str, model, tokenizer, folder: Path) -> tuple[dict, dict]:
+    """The oracle's tokens per second and the fits' (pair, layer) visits per second, from the same real prompts, and
+    what the corpus gives the oracle (`_corpus`)."""
+    oracle, training = config["oracle"], config["training"]
+    prompts, found = _corpus(config, tokenizer)
+    source = corpus.subsets(oracle["corpus"])
     per_prompt = None if oracle["tokens_per_prompt"] == "all" else int(oracle["tokens_per_prompt"])
     settings = {"calibration": source[0]}
     record_ = {"model_id": name, "revision": "calibration"}
@@ -162,35 +183,38 @@ def _oracle_and_training(config: dict, name: str, model, tokenizer, folder: Path
         oracle_s = time.perf_counter() - start
     lengths = [len(tokenizer(p.text)["input_ids"]) for p in timed]
     repeat_tokens = sum(lengths) * forecast.ORACLE_REPEAT
-    visits = manifest["n_pairs"] * len(manifest.get("layers", range(manifest["n_layers"])))
-    epochs = 4
+    layers = len(manifest.get("layers", range(manifest["n_layers"])))
+    # one epoch of MLP_BATCHES minibatches: the pairs drawn several times over, so that the epoch's fixed costs
+    # (validation, checkpoint) weigh on the rate about as little as on a real run's hundreds of minibatches
+    tiled = np.tile(
+        np.arange(manifest["n_pairs"]), math.ceil(MLP_BATCHES * training["batch_size"] / manifest["n_pairs"])
+    )
     with threads(_cores(config, name, "train")):
         mlp = median_seconds(
-            lambda: fit_mlp(folder / "train", folder / "mlp", epochs, training["lr"], training["batch_size"]),
+            lambda: fit_mlp(folder / "train", folder / "mlp", 1, training["lr"], training["batch_size"], pairs=tiled),
             repeats=1,
             warm=False,
         )
         linear = median_seconds(lambda: fit_ridge(folder / "train", training["alpha"]), repeats=1, warm=False)
     speed = {
         "oracle_tokens_per_s": repeat_tokens / oracle_s,
-        "mlp_pair_layers_per_s": visits * epochs / mlp,
-        "linear_pair_layers_per_s": visits / linear,
+        "mlp_pair_layers_per_s": len(tiled) * layers / mlp,
+        "linear_pair_layers_per_s": manifest["n_pairs"] * layers / linear,
     }
-    return speed, statistics.mean(lengths)
+    return speed, found
 
 
-def measure(config: dict, name: str, model, tokenizer, folder: Path) -> tuple[dict, float]:
-    """One loaded model's oracle, training and evaluation speeds (scratch files in `folder`), and the mean length of
-    the corpus prompts it scored."""
-    trained, length = _oracle_and_training(config, name, model, tokenizer, folder)
-    return {**trained, **_evaluation(config, name, model, tokenizer)}, length
+def measure(config: dict, name: str, model, tokenizer, folder: Path) -> tuple[dict, dict]:
+    """One loaded model's oracle, training and evaluation speeds (scratch files in `folder`), and what the corpus
+    gives the oracle with this model's tokenizer."""
+    trained, found = _oracle_and_training(config, name, model, tokenizer, folder)
+    return {**trained, **_evaluation(config, name, model, tokenizer)}, found
 
 
 def calibrate(config: dict) -> dict:
     """A throughput table (kvzap.plan.forecast's keys, per model, measured here) for `config`."""
     table: dict = {"light_job_s": _interpreter_seconds("import kvzap.report.aggregate, kvzap.report.figures")}
     imports = _interpreter_seconds(IMPORTS)
-    lengths = []
     for name, entry in config["models"].items():
         with tempfile.TemporaryDirectory(prefix="kvzap-calibrate-") as tmp:
             folder = Path(tmp)
@@ -201,13 +225,11 @@ def calibrate(config: dict) -> dict:
             start = time.perf_counter()
             model, tokenizer = models.load(folder / "model" / "model.json", dtype=dtype)
             load_s = time.perf_counter() - start
-            speed, length = measure(config, name, model, tokenizer, folder)
-            lengths.append(length)
+            speed, found = measure(config, name, model, tokenizer, folder)
         offline = entry["id"].startswith("offline/")  # a Hub model's prepare is a download: not this machine's speed
         table[name] = {
             **speed,
             "job_start_s": imports + load_s,
             **({"prepare_s": imports + prepare_s} if offline else {}),
         }
-    table["oracle_prompt_tokens"] = statistics.mean(lengths)
-    return table
+    return table | found  # the corpus as the last model's tokenizer counts it

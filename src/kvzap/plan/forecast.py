@@ -71,6 +71,8 @@ TYPICAL = {
     "aime_prompt_tokens": 200,
     "expected_new_fraction": {"ruler": 0.25, "longbench": 0.5, "aime25": 0.5},  # answers stop early (an estimate)
     "oracle_prompt_tokens": None,  # a prompt's mean length (None: midway between oracle.min_tokens and max_tokens)
+    "oracle_train_prompts": None,  # the prompts the corpus gives (None: oracle.n_train and n_test per subset)
+    "oracle_test_prompts": None,
     "question_tokens": 32,  # a question and its chat template, fed after the context
 }
 ORACLE_REPEAT = 2  # the oracle's prompt holds the context twice (user: ctx, assistant: ctx)
@@ -236,11 +238,13 @@ def _priced(config: dict, job: EvalJob, speed: Speed, typical: dict, grouped: bo
     ]
 
 
-def oracle_prompts(config: dict) -> tuple[int, int]:
-    """(training prompts, all prompts) the oracle scores: n_train and n_test per subset of the corpus."""
+def oracle_prompts(config: dict, typical: dict) -> tuple[int, int]:
+    """(training prompts, all prompts) the oracle scores: as counted in the corpus where a calibration did, else
+    n_train and n_test per subset of the corpus (a subset with fewer passages of the right length gives fewer)."""
     oracle = config["oracle"]
     count = len(subsets(oracle["corpus"]))
-    return oracle["n_train"] * count, (oracle["n_train"] + oracle["n_test"]) * count
+    train = typical["oracle_train_prompts"] or oracle["n_train"] * count
+    return train, train + (typical["oracle_test_prompts"] or oracle["n_test"] * count)
 
 
 def prompt_tokens(config: dict, typical: dict) -> float:
@@ -249,7 +253,7 @@ def prompt_tokens(config: dict, typical: dict) -> float:
 
 
 def _oracle_job(config: dict, model: str, speed: Speed, typical: dict) -> Job:
-    _, prompts = oracle_prompts(config)
+    _, prompts = oracle_prompts(config, typical)
     tokens = prompts * prompt_tokens(config, typical) * ORACLE_REPEAT
     seconds = speed["job_start_s"] + tokens / speed["oracle_tokens_per_s"]
     return Job(
@@ -268,7 +272,7 @@ def _oracle_job(config: dict, model: str, speed: Speed, typical: dict) -> Job:
 
 def _train_jobs(config: dict, model: str, speed: Speed, typical: dict) -> list[Job]:
     """One job per surrogate kind and seed: the ridge passes over the pairs once, the MLP once per epoch."""
-    train_prompts, _ = oracle_prompts(config)
+    train_prompts, _ = oracle_prompts(config, typical)
     per_prompt = config["oracle"]["tokens_per_prompt"]
     pairs = train_prompts * (prompt_tokens(config, typical) if per_prompt == "all" else per_prompt)
     visits = pairs * speed.geometry.layers
