@@ -19,18 +19,20 @@ from plan_helpers import ROOT
 from plan_helpers import planned as _planned
 
 MODEL = "smollm2-135m"
-# Round numbers for the CI config (a 512-token context, a 32-token question: one 544-token prompt per second)
+# Round numbers for the CI config (a 512-token context, questions of 128 tokens, answers of 3, read at 512 tokens/s)
 BY_HAND = {
-    "prefill_tokens_per_s": 544.0,
+    "prefill_tokens_per_s": 512.0,
     "decode_step_s": 1.0,
     "decode_row_s": 0.5,
     "kv_read_bytes_per_s": 1e30,
     "pruned_step_factor": 2.0,
     "oracle_tokens_per_s": 100.0,
+    "repeat_tokens_per_s": 256.0,
     "mlp_pair_layers_per_s": 1000.0,
     "linear_pair_layers_per_s": 4000.0,
     "job_start_s": 0.0,
 }
+TABLE = {MODEL: BY_HAND, "question_tokens": 128, "ruler_answer_tokens": 3}
 
 
 def planned(name: str) -> dict:
@@ -46,16 +48,25 @@ def _stage(config, stage, shared=True, throughput=None):
 
 
 def test_ci_evaluation_counted_by_hand():
-    """ruler-512: one sample, 12 new tokens (a quarter expected: 3 steps); full, KVzap-Linear, KVzap-MLP, Knorm."""
+    """ruler-512: one sample, at most 12 new tokens (3 expected); full, KVzap-Linear, KVzap-MLP, Knorm."""
     config = planned("ci.yaml")
-    table = {MODEL: BY_HAND, "question_tokens": 32}
-    (group,) = _stage(config, "evaluate", True, table)
-    # one 1-s prefill; one decode of 4 rows: (1 + 3 x 0.5) s a step, doubled (its KVzap rows are pruned)
-    assert (group.seconds, group.seconds_max) == (1 + 3 * 5.0, 1 + 12 * 5.0)
-    alone = sorted(job.seconds for job in _stage(config, "evaluate", False, table))
-    # per cell: its own prefill, 3 one-row steps; KVzap's steps over its pruned cache cost twice the dense ones
-    assert alone == [1 + 3 * 1.0, 1 + 3 * 1.0, 1 + 3 * 2.0, 1 + 3 * 2.0]
-    assert group.prefill_tokens == 544 and sum(j.prefill_tokens for j in _stage(config, "evaluate", False)) == 4 * 544
+    (group,) = _stage(config, "evaluate", True, TABLE)
+    # one context and four cells' questions: 1,024 tokens, 2 s; then one decode of 4 rows, (1 + 3 x 0.5) s a step,
+    # doubled (its KVzap rows are pruned)
+    assert (group.seconds, group.seconds_max) == (2 + 3 * 5.0, 2 + 12 * 5.0)
+    assert group.prefill_tokens == 512 + 4 * 128
+    alone = _stage(config, "evaluate", False, TABLE)
+    # per cell: its own context and question (1.25 s), 3 one-row steps; KVzap's steps over its pruned cache cost twice
+    assert sorted(job.seconds for job in alone) == [1.25 + 3 * 1.0, 1.25 + 3 * 1.0, 1.25 + 3 * 2.0, 1.25 + 3 * 2.0]
+    assert sum(job.prefill_tokens for job in alone) == 4 * (512 + 128)
+
+
+def test_kvzip_pays_its_repetition():
+    config = planned("ci.yaml")
+    config["evaluation"]["methods"].append("kvzip")
+    (kvzip,) = [job for job in _stage(config, "evaluate", True, TABLE) if "kvzip" in job.name]
+    assert kvzip.seconds == 1.25 + 512 / 256 + 3 * 1.0  # its prefill, the context repeated, 3 dense steps
+    assert kvzip.prefill_tokens == 512 + 128 + 512
 
 
 def test_ci_oracle_and_training_counted_by_hand():
@@ -74,8 +85,8 @@ def test_seeds_make_a_training_job_and_a_decode_row_each():
     assert sorted(j.name for j in _stage(config, "train")) == ["train linear None"] + [
         f"train mlp {s}" for s in (1, 2, 3)
     ]
-    (group,) = _stage(config, "evaluate", True, {MODEL: BY_HAND, "question_tokens": 32})
-    assert group.seconds == 1 + 3 * (1 + 5 * 0.5) * 2  # 6 rows: full, Linear, 3 MLP seeds, Knorm
+    (group,) = _stage(config, "evaluate", True, TABLE)
+    assert group.seconds == (512 + 6 * 128) / 512 + 3 * (1 + 5 * 0.5) * 2  # 6 rows: full, Linear, 3 MLP seeds, Knorm
     assert group.new_tokens_max == 6 * 12
 
 

@@ -7,7 +7,8 @@ work of every stage on a few samples, through the code the jobs run, at the thre
 - oracle: `kvzap.training.collect` on real corpus prompts (their mean length is kept too), at the oracle's threads;
 - training: `fit_ridge` on those pairs and one epoch of `fit_mlp` drawing them over and over, at the training threads;
 - evaluation: a prefill at the first benchmark's context, and decoding steps over the batched cache of a prefill
-  group (kvzap.evaluation.shared_prefill, one row and the group's rows) and over a dense cache (the per-cell path);
+  group (kvzap.evaluation.shared_prefill, one row and the group's rows) and over a dense cache (the per-cell path),
+  and what KVzip's repetition adds to a sample through kvpress's pipeline where the config runs KVzip;
   a step's read of its rows' KV is inside these times, so the table sets no separate KV bandwidth for it.
 The evaluation's numbers are medians of repeats after a warm-up, the oracle's follow a warm-up prompt, the fits are
 timed once; all in the config's dtype as `dtype: auto` resolves it here.
@@ -27,9 +28,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from transformers import DynamicCache
+from transformers import DynamicCache, pipeline
 
 from kvzap import dtypes
+from kvzap.evaluation import presses
 from kvzap.evaluation.grouping import samples_per_decode
 from kvzap.evaluation.shared_prefill import batched_cache, kept_rows, record
 from kvzap.plan import forecast
@@ -43,6 +45,7 @@ from kvzap.training.fit import fit_mlp, fit_ridge
 
 ORACLE_PROMPTS = 5  # real corpus prompts scored (and then fitted on): about a second each on 2 cores
 DECODE_STEPS = 6
+DECODE_REPEATS = 3
 MLP_BATCHES = 96  # minibatches of the timed MLP epoch
 # a step's KV read is inside the measured step times here: a bandwidth this high adds nothing to them
 MEASURED_IN_STEP = 1e18
@@ -109,22 +112,27 @@ def _steps(model, cache, rows: int, start: int) -> None:
 
 def _decode_seconds(model, context_ids: torch.Tensor, rows: int, shared: bool) -> float:
     """One decoding step of `rows` rows over the prefill of `context_ids`: through a prefill group's batched cache
-    (`shared`, the "kvzap" attention over packed rows) or a plain dense cache (the per-cell path)."""
+    (`shared`, the "kvzap" attention over packed rows) or a plain dense cache (the per-cell path). Each repeat steps a
+    fresh cache, built untimed; the median of DECODE_REPEATS after a warm-up."""
     prefill = record(model, context_ids)
     length = context_ids.shape[1]
 
-    def run():
+    def cache():
         if shared:
-            cache = batched_cache(
-                [(prefill, [kept_rows(model, prefill, None)] * rows)], model.config.num_key_value_heads
-            )
-        else:
-            cache = DynamicCache(config=model.config)
-            for i, (k, v) in enumerate(zip(prefill.keys, prefill.values)):
-                cache.update(k.expand(rows, -1, -1, -1).contiguous(), v.expand(rows, -1, -1, -1).contiguous(), i)
-        _steps(model, cache, rows, length)
+            kept = [kept_rows(model, prefill, None)] * rows
+            return batched_cache([(prefill, kept)], model.config.num_key_value_heads)
+        dense = DynamicCache(config=model.config)
+        for i, (k, v) in enumerate(zip(prefill.keys, prefill.values)):
+            dense.update(k.expand(rows, -1, -1, -1).contiguous(), v.expand(rows, -1, -1, -1).contiguous(), i)
+        return dense
 
-    return median_seconds(run, repeats=2) / DECODE_STEPS
+    times = []
+    for _ in range(DECODE_REPEATS + 1):
+        fresh = cache()
+        start = time.perf_counter()
+        _steps(model, fresh, rows, length)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times[1:]) / DECODE_STEPS
 
 
 @torch.no_grad()
@@ -135,16 +143,40 @@ def _evaluation(config: dict, name: str, model, tokenizer) -> dict:
     with threads(_cores(config, name, "evaluate")):
         prefill = median_seconds(lambda: model(input_ids=ids, logits_to_keep=1))
         dense = _decode_seconds(model, ids, 1, shared=False)
+        repeat = _repeat_speed(config, model, tokenizer, ids)  # before "kvzap" attention: KVzip's jobs run without
         use_kvzap_attention(model)  # a prefill group's batched cache is read by the "kvzap" attention, as in the job
         one = _decode_seconds(model, ids, 1, shared=True)
         many = _decode_seconds(model, ids, rows, shared=True) if rows > 1 else one
     return {
+        **({"repeat_tokens_per_s": repeat} if repeat else {}),
         "prefill_tokens_per_s": context / prefill,
         "decode_step_s": dense,
         "decode_row_s": (many - one) / (rows - 1) if rows > 1 else 0.0,
         "pruned_step_factor": one / dense,
         "kv_read_bytes_per_s": MEASURED_IN_STEP,
     }
+
+
+def _repeat_speed(config: dict, model, tokenizer, ids: torch.Tensor) -> float | None:
+    """Context tokens per second of KVzip's repetition through kvpress's pipeline (a sample with its press against
+    one without, one answer token each), if the config runs KVzip or KVzip+; None otherwise."""
+    method = next((m for m in forecast.REPEAT_PASS if m in _methods(config)), None)
+    if method is None:
+        return None
+    pipe = pipeline("kv-press-text-generation", model=model, tokenizer=tokenizer, device=model.device)
+    press = presses.build(method, config["evaluation"]["ratios"][0], {})
+    context = tokenizer.decode(ids[0])
+
+    def answer(chosen):
+        return lambda: pipe(context, question="What is it?", press=chosen, max_new_tokens=1)
+
+    extra = median_seconds(answer(press), repeats=1) - median_seconds(answer(None), repeats=1)
+    return len(tokenizer(context)["input_ids"]) / max(extra, 1e-3)
+
+
+def _methods(config: dict) -> set[str]:
+    evaluation = config["evaluation"]
+    return {m for bench in evaluation["benchmarks"].values() for m in bench.get("methods", evaluation["methods"])}
 
 
 def _corpus(config: dict, tokenizer) -> tuple[list, dict]:

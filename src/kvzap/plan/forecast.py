@@ -47,6 +47,9 @@ THROUGHPUT = {
     # the oracle's repeat prompt (the context twice) per second, KVzip+ scoring included (None: prefill speed over
     # ORACLE_COST, a ratio measured by the CPU calibration: no GPU run of the oracle is recorded)
     "oracle_tokens_per_s": None,
+    # KVzip's and KVzip+'s repetition of the context on its cache (kvpress's KVzipPress), context tokens per second
+    # (None: the oracle's speed, which scores the same repetition)
+    "repeat_tokens_per_s": None,
     # surrogate training reads each pair's attention inputs (all layers, bf16) every epoch from memory-mapped shards,
     # which outgrow memory at the paper's size: an assumption (a node's NVMe), not measured on a GPU
     "train_read_bytes_per_s": 2e9,
@@ -69,11 +72,12 @@ TYPICAL = {
     "ruler_samples_per_task": 500,
     "aime_problems": 30,
     "aime_prompt_tokens": 200,
-    "expected_new_fraction": {"ruler": 0.25, "longbench": 0.5, "aime25": 0.5},  # answers stop early (an estimate)
+    "expected_new_fraction": {"longbench": 0.5, "aime25": 0.5},  # answers stop early (an estimate)
+    "ruler_answer_tokens": 32,  # a RULER answer (needles, words) with its chat ending, at most max_new_tokens
     "oracle_prompt_tokens": None,  # a prompt's mean length (None: midway between oracle.min_tokens and max_tokens)
     "oracle_train_prompts": None,  # the prompts the corpus gives (None: oracle.n_train and n_test per subset)
     "oracle_test_prompts": None,
-    "question_tokens": 32,  # a question and its chat template, fed after the context
+    "question_tokens": 40,  # a question, its answer prefix and chat template, fed after the context (the demo's: ~40)
 }
 ORACLE_REPEAT = 2  # the oracle's prompt holds the context twice (user: ctx, assistant: ctx)
 REPEAT_PASS = ("kvzip", "kvzip_plus")  # kvpress's KVzipPress repeats the context on its cache to score it
@@ -135,8 +139,10 @@ def model_speed(config: dict, model: str, throughput: dict) -> Speed:
         values["oracle_tokens_per_s"] = values["prefill_tokens_per_s"] / ORACLE_COST
     else:
         values["oracle_tokens_per_s"] /= compute
-    own = throughput.get(model, {})
-    values.update(own)
+    if values["repeat_tokens_per_s"] is not None:
+        values["repeat_tokens_per_s"] /= compute
+    values.update(throughput.get(model, {}))
+    values["repeat_tokens_per_s"] = values["repeat_tokens_per_s"] or values["oracle_tokens_per_s"]
     if values["decode_row_s"] is None:
         values["decode_row_s"] = 1 / values["prefill_tokens_per_s"]
     read_bound = values["train_read_bytes_per_s"] / (geometry.shape.D_h * 2)  # a bf16 h row per (pair, layer)
@@ -170,6 +176,14 @@ def _samples(bench: dict, subset: str, typical: dict) -> tuple[int, int, int]:
     return problems * (bench.get("rollouts") or 4), typical["aime_prompt_tokens"], bench.get("max_new_tokens") or 32_000
 
 
+def _expected_new(bench: dict, new: int, typical: dict) -> float:
+    """The tokens an answer is expected to take: RULER's are short (a needle, a few words) whatever the cap, others a
+    share of max_new_tokens."""
+    if bench["benchmark"] == "ruler":
+        return min(new, typical["ruler_answer_tokens"])
+    return new * typical["expected_new_fraction"][bench["benchmark"]]
+
+
 def _runs(config: dict, method: str) -> int:
     """Presses a cell runs: one per trained seed of its surrogate (KVzap-MLP with training.seeds), else one."""
     seeds = config["training"].get("seeds") or [None]
@@ -199,26 +213,28 @@ def _priced(config: dict, job: EvalJob, speed: Speed, typical: dict, grouped: bo
     decode_batch = evaluation["decode_batch"] if grouped else 1
     per_call = samples_per_decode(rows, decode_batch, runs) if grouped else rows if aime else 1
     batches = math.ceil(runs / decode_batch) if grouped else runs
-    fraction = typical["expected_new_fraction"][bench["benchmark"]]
     repeat = job.cells[0][0] in REPEAT_PASS and not grouped
     shards = bench["shards"]
     seconds, seconds_max, prefill, new_max, new_expected = 0.0, 0.0, 0.0, 0.0, 0.0
     for subset in bench["subsets"]:
         samples, context, new = _samples(bench, subset, typical)
         samples = math.ceil(samples / shards)  # one shard's rows
-        prompt = context + typical["question_tokens"]
+        expected = _expected_new(bench, new, typical)
+        # each cell's run of a sample is a decode row: it is fed the question after the (shared or own) context
+        tokens = samples * (context * (1 if grouped else runs) + runs * typical["question_tokens"])
+        prefill_s = tokens / speed["prefill_tokens_per_s"]
+        if repeat:  # KVzip's repetition of the context on its cache, to score it
+            prefill_s += samples * context / speed["repeat_tokens_per_s"]
+            tokens += samples * context
         calls = math.ceil(samples / per_call)
-        prefill_s = samples * prompt / speed["prefill_tokens_per_s"] * (1 if grouped else runs)
-        if repeat:  # the context's repetition on its cache, scored as the oracle scores it
-            prefill_s += samples * context / speed["oracle_tokens_per_s"]
         decode_rows = per_call * min(decode_batch, runs)
-        step = speed.step_s(decode_rows, context + new * fraction / 2, pruned)
+        step = speed.step_s(decode_rows, context + expected / 2, pruned)
         step_max = speed.step_s(decode_rows, context + new / 2, pruned)
-        seconds += prefill_s + calls * batches * new * fraction * step
+        seconds += prefill_s + calls * batches * expected * step
         seconds_max += prefill_s + calls * batches * new * step_max
-        prefill += samples * (prompt + (context if repeat else 0)) * (1 if grouped else runs)
+        prefill += tokens
         new_max += samples * new * runs
-        new_expected += samples * new * fraction * runs
+        new_expected += samples * expected * runs
     start = speed["job_start_s"]
     return [
         Job(
