@@ -329,8 +329,13 @@ PROSE = [
     (PIPELINE, "0.92× over one sample per decode", [BATCHED["batched_vs_shared"]]),
     (
         PIPELINE,
-        "25,200 prefill tokens/s, 70 ms per decoding step",
+        "25,200 prefill tokens/s, a 70 ms decoding step",
         [round(GPU_8K["context_tokens"] / GPU_8K["prefill_s"]["full"], -2), GPU_8K["decode_ms"]["full"]],
+    ),
+    (
+        PIPELINE,
+        "1.16× (prepare), 1.03× (oracle), 0.82× (surrogates), 0.94× (evaluation) and 1.04× (tables and figures)",
+        [stage["ratio"] for stage in rec("cpu/demo_forecast.json")["forecast"]["stages"]],
     ),
 ]
 
@@ -382,12 +387,12 @@ def test_forecast_table_is_its_command():
 
 
 def test_forecast_prose_is_its_command(tmp_path):
-    """1,693 expected GPU-hours with AIME's batched rollouts, 3,146 with one rollout per generate call."""
+    """1,695 expected GPU-hours with AIME's batched rollouts, 3,148 with one rollout per generate call."""
     one_row = tmp_path / "batch_1.yaml"
     one_row.write_text("evaluation:\n  batch_size: {qwen3-8b: 1, llama-3.1-8b-instruct: 1, qwen3-32b: 1}\n")
     batched = forecast(ROOT / "config" / "paper.yaml")["shared", "all"][5]
     single = forecast(ROOT / "config" / "paper.yaml", one_row)["shared", "all"][5]
-    claim = "1,693 expected GPU-hours in all, against 3,146 with one rollout per call"
+    claim = "1,695 expected GPU-hours in all, against 3,148 with one rollout per call"
     assert claim in flat(doc(PIPELINE))
     assert mismatches(numbers(claim), [float(batched.replace(",", "")), float(single.replace(",", ""))]) == []
     rows = forecast(ROOT / "config" / "paper.yaml")
@@ -398,7 +403,7 @@ def test_forecast_prose_is_its_command(tmp_path):
     claim = "Qwen3-32B costs 4.8× Qwen3-8B's GPU-hours per prefill token"
     assert claim in flat(doc(PIPELINE))
     assert mismatches(numbers(claim), [per_token["qwen3-32b"] / per_token["qwen3-8b"]]) == []
-    claim = "654 evaluation jobs and prices them as SLURM bills: about 1,693 GPU-hours expected (3,883 at most)"
+    claim = "654 evaluation jobs, priced as SLURM bills: about 1,695 GPU-hours expected (3,885 at most)"
     assert claim in flat(doc("README.md"))
     jobs = sum(int(rows["shared", m][0]) for m in ("qwen3-8b", "llama-3.1-8b-instruct", "qwen3-32b"))
     expected, most = (float(rows["shared", "all"][i].replace(",", "")) for i in (5, 6))

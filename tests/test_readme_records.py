@@ -103,3 +103,10 @@ def test_mlp_against_linear_on_a_third_cpu_is_the_record():
         assert linear["average"] == epyc[("kvzap_linear", t)]["average"]
         seeds = [k for k in mlp if k.startswith("seed:")]
         assert max(abs(mlp[k] - epyc[("kvzap_mlp", t)][k]) for k in seeds) <= 100 / 30 + 0.01  # one sample of 30
+
+
+def test_forecast_claim_is_the_record():
+    """The README's word on the calibrated forecast is its record's: every stage within the quoted share."""
+    stages = json.loads((RECORDS / "demo_forecast.json").read_text())["forecast"]["stages"]
+    quoted = re.search(r"the forecast gave each stage within (\d+) %", " ".join(README.split()))
+    assert quoted and max(abs(stage["ratio"] - 1) for stage in stages) * 100 <= int(quoted.group(1))
