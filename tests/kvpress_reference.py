@@ -30,16 +30,20 @@ def _benchmarks_dir() -> Path:
     return folder
 
 
+def private_package(package: str, folder) -> None:
+    """A folder of the sdist importable, unchanged, as the package `package` (once; `folder` is called for its path
+    only then, so a missing folder is reported by whoever asks first)."""
+    if package in sys.modules:
+        return
+    path = folder()
+    spec = importlib.util.spec_from_file_location(package, path / "__init__.py", submodule_search_locations=[str(path)])
+    sys.modules[package] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sys.modules[package])
+
+
 def module(name: str):
     """A module of kvpress's evaluation/benchmarks package, e.g. "longbench.calculate_metrics"."""
-    if PACKAGE not in sys.modules:
-        folder = _benchmarks_dir()
-        spec = importlib.util.spec_from_file_location(
-            PACKAGE, folder / "__init__.py", submodule_search_locations=[str(folder)]
-        )
-        package = importlib.util.module_from_spec(spec)
-        sys.modules[PACKAGE] = package
-        spec.loader.exec_module(package)
+    private_package(PACKAGE, _benchmarks_dir)
     return importlib.import_module(f"{PACKAGE}.{name}")
 
 

@@ -20,7 +20,6 @@ checks assert hold for the same reasons. Two properties their checks take from t
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import sys
 from pathlib import Path
 
@@ -28,7 +27,7 @@ import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast, pipeline
 
-from kvpress_reference import SDIST
+from kvpress_reference import SDIST, private_package
 
 PACKAGE = "kvpress_reference_tests"
 ALIASED = ("fixtures", "default_presses")  # what their modules import as tests.<name>
@@ -53,14 +52,7 @@ def _suite_dir() -> Path:
 
 def module(name: str):
     """A module of kvpress's tests/ package, e.g. "presses.test_presses"."""
-    if PACKAGE not in sys.modules:
-        folder = _suite_dir()
-        spec = importlib.util.spec_from_file_location(
-            PACKAGE, folder / "__init__.py", submodule_search_locations=[str(folder)]
-        )
-        package = importlib.util.module_from_spec(spec)
-        sys.modules[PACKAGE] = package
-        spec.loader.exec_module(package)
+    private_package(PACKAGE, _suite_dir)
     full = f"{PACKAGE}.{name}"
     if full in sys.modules:
         return sys.modules[full]
