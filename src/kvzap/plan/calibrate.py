@@ -47,6 +47,7 @@ ORACLE_PROMPTS = 5  # real corpus prompts scored (and then fitted on): about a s
 DECODE_STEPS = 6
 DECODE_REPEATS = 3
 MLP_BATCHES = 96  # minibatches of the timed MLP epoch
+REPEAT_CONTEXT = 1024  # tokens KVzip's repetition is timed on (its speed per token, taken for longer contexts too)
 # a step's KV read is inside the measured step times here: a bandwidth this high adds nothing to them
 MEASURED_IN_STEP = 1e18
 IMPORTS = "import kvzap.evaluation.job, kvzap.evaluation.shared_prefill"  # what an evaluation job imports first
@@ -158,14 +159,15 @@ def _evaluation(config: dict, name: str, model, tokenizer) -> dict:
 
 
 def _repeat_speed(config: dict, model, tokenizer, ids: torch.Tensor) -> float | None:
-    """Context tokens per second of KVzip's repetition through kvpress's pipeline (a sample with its press against
-    one without, one answer token each), if the config runs KVzip or KVzip+; None otherwise."""
+    """Context tokens per second of KVzip's repetition through kvpress's pipeline (a sample of at most REPEAT_CONTEXT
+    tokens with its press against one without, one answer token each), if the config runs KVzip or KVzip+; None
+    otherwise. Longer contexts are priced at this speed per token: an underestimate, as attention grows with them."""
     method = next((m for m in forecast.REPEAT_PASS if m in _methods(config)), None)
     if method is None:
         return None
     pipe = pipeline("kv-press-text-generation", model=model, tokenizer=tokenizer, device=model.device)
     press = presses.build(method, config["evaluation"]["ratios"][0], {})
-    context = tokenizer.decode(ids[0])
+    context = tokenizer.decode(ids[0, :REPEAT_CONTEXT])  # KVzip's passes are several prefills: a bounded context
 
     def answer(chosen):
         return lambda: pipe(context, question="What is it?", press=chosen, max_new_tokens=1)
