@@ -24,7 +24,7 @@ BY_HAND = {
     "prefill_tokens_per_s": 512.0,
     "decode_step_s": 1.0,
     "decode_row_s": 0.5,
-    "kv_read_bytes_per_s": 1e30,
+    "kv_read_bytes_per_s": None,
     "pruned_step_factor": 2.0,
     "oracle_tokens_per_s": 100.0,
     "repeat_tokens_per_s": 256.0,

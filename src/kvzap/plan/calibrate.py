@@ -32,7 +32,6 @@ from transformers import DynamicCache, pipeline
 
 from kvzap import dtypes
 from kvzap.evaluation import presses
-from kvzap.evaluation.grouping import samples_per_decode
 from kvzap.evaluation.shared_prefill import batched_cache, kept_rows, record
 from kvzap.plan import forecast
 from kvzap.plan.cluster import resource
@@ -48,8 +47,6 @@ DECODE_STEPS = 6
 DECODE_REPEATS = 3
 MLP_BATCHES = 96  # minibatches of the timed MLP epoch
 REPEAT_CONTEXT = 1024  # tokens KVzip's repetition is timed on (its speed per token, taken for longer contexts too)
-# a step's KV read is inside the measured step times here: a bandwidth this high adds nothing to them
-MEASURED_IN_STEP = 1e18
 IMPORTS = "import kvzap.evaluation.job, kvzap.evaluation.shared_prefill"  # what an evaluation job imports first
 
 
@@ -63,16 +60,17 @@ def threads(count: int):
         torch.set_num_threads(before)
 
 
-def median_seconds(work, repeats: int = 3, warm: bool = True) -> float:
-    """The median wall time of `work()` over `repeats` runs, after one warm-up run unless `warm` is False."""
-    if warm:
-        work()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        work()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+def timed(work) -> tuple[object, float]:
+    """What `work()` returns, and the seconds it took."""
+    start = time.perf_counter()
+    result = work()
+    return result, time.perf_counter() - start
+
+
+def median_seconds(work, repeats: int = 3) -> float:
+    """The median wall time of `work()` over `repeats` runs, after one warm-up run."""
+    work()
+    return statistics.median(timed(work)[1] for _ in range(repeats))
 
 
 def _cores(config: dict, model: str, stage: str) -> int:
@@ -81,20 +79,14 @@ def _cores(config: dict, model: str, stage: str) -> int:
 
 
 def _interpreter_seconds(code: str) -> float:
-    start = time.perf_counter()
-    subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
-    return time.perf_counter() - start
+    command = [sys.executable, "-c", code]
+    return timed(lambda: subprocess.run(command, check=True, env={**os.environ, "OMP_NUM_THREADS": "1"}))[1]
 
 
 def _group_rows(config: dict, model: str) -> int:
-    """The rows one decode of the first prefill group holds (samples x the cells decoded at once), else 1."""
-    for job in eval_jobs(config):
-        if job.model == model and job.group == PREFILL_GROUP:
-            runs = sum(forecast._runs(config, method) for method, _ in job.cells)
-            decode_batch = config["evaluation"]["decode_batch"]
-            samples = samples_per_decode(config["evaluation"]["batch_size"].get(model, 1), decode_batch, runs)
-            return samples * min(decode_batch, runs)
-    return 1
+    """The rows one decode of the model's first prefill group holds, else 1."""
+    group = next((job for job in eval_jobs(config) if job.model == model and job.group == PREFILL_GROUP), None)
+    return 1 if group is None else forecast.decode_shape(config, group, grouped=True)[2]
 
 
 def _context(config: dict) -> int:
@@ -127,12 +119,11 @@ def _decode_seconds(model, context_ids: torch.Tensor, rows: int, shared: bool) -
             dense.update(k.expand(rows, -1, -1, -1).contiguous(), v.expand(rows, -1, -1, -1).contiguous(), i)
         return dense
 
-    times = []
-    for _ in range(DECODE_REPEATS + 1):
+    def stepped() -> float:
         fresh = cache()
-        start = time.perf_counter()
-        _steps(model, fresh, rows, length)
-        times.append(time.perf_counter() - start)
+        return timed(lambda: _steps(model, fresh, rows, length))[1]
+
+    times = [stepped() for _ in range(DECODE_REPEATS + 1)]
     return statistics.median(times[1:]) / DECODE_STEPS
 
 
@@ -154,7 +145,7 @@ def _evaluation(config: dict, name: str, model, tokenizer) -> dict:
         "decode_step_s": dense,
         "decode_row_s": (many - one) / (rows - 1) if rows > 1 else 0.0,
         "pruned_step_factor": one / dense,
-        "kv_read_bytes_per_s": MEASURED_IN_STEP,
+        "kv_read_bytes_per_s": None,  # inside the measured step times
     }
 
 
@@ -211,11 +202,12 @@ def _oracle_and_training(config: dict, name: str, model, tokenizer, folder: Path
     record_ = {"model_id": name, "revision": "calibration"}
     with threads(_cores(config, name, "oracle")):  # the first prompt warms up, the others are timed
         collect_split(model, tokenizer, prompts[:1], folder / "warm", settings, per_prompt, 10**9, 0, record_)
-        start = time.perf_counter()
-        timed = prompts[1:]
-        manifest = collect_split(model, tokenizer, timed, folder / "train", settings, per_prompt, 10**9, 0, record_)
-        oracle_s = time.perf_counter() - start
-    lengths = [len(tokenizer(p.text)["input_ids"]) for p in timed]
+        manifest, oracle_s = timed(
+            lambda: collect_split(
+                model, tokenizer, prompts[1:], folder / "train", settings, per_prompt, 10**9, 0, record_
+            )
+        )
+    lengths = [len(tokenizer(p.text)["input_ids"]) for p in prompts[1:]]
     repeat_tokens = sum(lengths) * forecast.ORACLE_REPEAT
     layers = len(manifest.get("layers", range(manifest["n_layers"])))
     # one epoch of MLP_BATCHES minibatches: the pairs drawn several times over, so that the epoch's fixed costs
@@ -224,12 +216,10 @@ def _oracle_and_training(config: dict, name: str, model, tokenizer, folder: Path
         np.arange(manifest["n_pairs"]), math.ceil(MLP_BATCHES * training["batch_size"] / manifest["n_pairs"])
     )
     with threads(_cores(config, name, "train")):
-        mlp = median_seconds(
-            lambda: fit_mlp(folder / "train", folder / "mlp", 1, training["lr"], training["batch_size"], pairs=tiled),
-            repeats=1,
-            warm=False,
+        _, mlp = timed(
+            lambda: fit_mlp(folder / "train", folder / "mlp", 1, training["lr"], training["batch_size"], pairs=tiled)
         )
-        linear = median_seconds(lambda: fit_ridge(folder / "train", training["alpha"]), repeats=1, warm=False)
+        _, linear = timed(lambda: fit_ridge(folder / "train", training["alpha"]))
     speed = {
         "oracle_tokens_per_s": repeat_tokens / oracle_s,
         "mlp_pair_layers_per_s": len(tiled) * layers / mlp,
@@ -252,13 +242,9 @@ def calibrate(config: dict) -> dict:
     for name, entry in config["models"].items():
         with tempfile.TemporaryDirectory(prefix="kvzap-calibrate-") as tmp:
             folder = Path(tmp)
-            start = time.perf_counter()
-            models.prepare(entry["id"], folder / "model", entry.get("revision"))
-            prepare_s = time.perf_counter() - start
+            _, prepare_s = timed(lambda: models.prepare(entry["id"], folder / "model", entry.get("revision")))
             dtype = dtypes.resolve(entry.get("dtype", "auto"), "cuda" if torch.cuda.is_available() else "cpu")
-            start = time.perf_counter()
-            model, tokenizer = models.load(folder / "model" / "model.json", dtype=dtype)
-            load_s = time.perf_counter() - start
+            (model, tokenizer), load_s = timed(lambda: models.load(folder / "model" / "model.json", dtype=dtype))
             speed, found = measure(config, name, model, tokenizer, folder)
         offline = entry["id"].startswith("offline/")  # a Hub model's prepare is a download: not this machine's speed
         table[name] = {

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from kvzap.evaluation import methods
@@ -39,7 +39,7 @@ THROUGHPUT = {
     "decode_step_s": 0.070,
     # ... plus, per row of a batched step, its token's compute (None: one prefill token's time) ...
     "decode_row_s": None,
-    # ... and the read of its cached keys and values (an H200's HBM3e)
+    # ... and the read of its cached keys and values (an H200's HBM3e; None: inside the measured step times)
     "kv_read_bytes_per_s": 4.8e12,
     # a step over a pruned cache against the dense step: 1.25-1.29 at 32k tokens (gpu_decode.json), 1.12-1.33 over the
     # H200 records; applied to the steps of cells that decode over a pruned cache
@@ -81,8 +81,6 @@ TYPICAL = {
 }
 ORACLE_REPEAT = 2  # the oracle's prompt holds the context twice (user: ctx, assistant: ctx)
 REPEAT_PASS = ("kvzip", "kvzip_plus")  # kvpress's KVzipPress repeats the context on its cache to score it
-STAGES = ("prepare", "oracle", "train", "evaluate", "report")
-RESOURCE_STAGE = {"prepare": "prepare", "oracle": "oracle", "train": "train", "evaluate": "evaluate"}
 
 
 @dataclass
@@ -110,14 +108,14 @@ class Speed:
     values: dict
     geometry: Geometry
     dtype: str
-    scaled: dict = field(default_factory=dict)
 
     def __getitem__(self, key: str) -> float:
         return self.values[key]
 
     def step_s(self, rows: int, context: float, pruned: bool) -> float:
         """One decoding step of `rows` rows over `context` cached tokens each."""
-        kv = rows * context * self.geometry.kv_bytes_per_token(self.dtype) / self["kv_read_bytes_per_s"]
+        bandwidth = self["kv_read_bytes_per_s"]
+        kv = 0.0 if bandwidth is None else rows * context * self.geometry.kv_bytes_per_token(self.dtype) / bandwidth
         step = self["decode_step_s"] + (rows - 1) * self["decode_row_s"] + kv
         return step * (self["pruned_step_factor"] if pruned else 1.0)
 
@@ -126,14 +124,14 @@ def model_speed(config: dict, model: str, throughput: dict) -> Speed:
     """The throughput table for one model: the reference's (defaults, then the table's overall keys) scaled by the
     model's size, then the model's own keys as they are."""
     entry = config["models"][model]
-    geometry, reference = Geometry.of(entry["id"], entry.get("revision")), Geometry.of(REFERENCE)
+    geometry = Geometry.of(entry["id"], entry.get("revision"))
     base = {**THROUGHPUT, **{k: v for k, v in throughput.items() if k in THROUGHPUT}}
-    compute = geometry.flops_per_token / reference.flops_per_token
+    compute, layers, parameters = relative_size(geometry)
     values = {
         **base,
         "prefill_tokens_per_s": base["prefill_tokens_per_s"] / compute,
-        "decode_step_s": base["decode_step_s"] * geometry.layers / reference.layers,
-        "job_start_s": base["job_start_s"] * geometry.parameters / reference.parameters,
+        "decode_step_s": base["decode_step_s"] * layers,
+        "job_start_s": base["job_start_s"] * parameters,
     }
     if values["oracle_tokens_per_s"] is None:
         values["oracle_tokens_per_s"] = values["prefill_tokens_per_s"] / ORACLE_COST
@@ -148,16 +146,25 @@ def model_speed(config: dict, model: str, throughput: dict) -> Speed:
     read_bound = values["train_read_bytes_per_s"] / (geometry.shape.D_h * 2)  # a bf16 h row per (pair, layer)
     for key in ("mlp_pair_layers_per_s", "linear_pair_layers_per_s"):
         values[key] = values[key] or read_bound
-    scaled = {"compute": compute, "layers": geometry.layers / reference.layers, "known": geometry.known}
-    return Speed(values, geometry, entry.get("dtype", "bfloat16"), scaled)
+    return Speed(values, geometry, entry.get("dtype", "bfloat16"))
+
+
+def relative_size(geometry: Geometry) -> tuple[float, float, float]:
+    """A model's FLOPs per token, layers and parameters over the reference model's: what its speed is scaled by."""
+    reference = Geometry.of(REFERENCE)
+    return (
+        geometry.flops_per_token / reference.flops_per_token,
+        geometry.layers / reference.layers,
+        geometry.parameters / reference.parameters,
+    )
 
 
 def _gpus(config: dict, model: str, stage: str) -> int:
-    return int(resource(config, model, RESOURCE_STAGE.get(stage, "evaluate"), "gpu"))
+    return int(resource(config, model, stage, "gpu"))
 
 
 def _threads(config: dict, model: str, stage: str):
-    return resource(config, model, RESOURCE_STAGE.get(stage, "evaluate"), "cpus")
+    return resource(config, model, stage, "cpus")
 
 
 def _samples(bench: dict, subset: str, typical: dict) -> tuple[int, int, int]:
@@ -203,16 +210,26 @@ def _evaluation_jobs(config: dict, job: EvalJob, speed: Speed, typical: dict, sh
     return [one for cell in alone for one in _priced(config, cell, speed, typical, grouped=False)]
 
 
-def _priced(config: dict, job: EvalJob, speed: Speed, typical: dict, grouped: bool) -> list[Job]:
-    bench = config["evaluation"]["benchmarks"][job.bench]
+def decode_shape(config: dict, job: EvalJob, grouped: bool) -> tuple[int, int, int]:
+    """How a job decodes: (samples per call, decodes per call, rows per decode). A prefill group decodes its cells'
+    runs decode_batch at a time, with evaluation.batch_size rows' worth of samples; a cell alone decodes each run in
+    turn, one sample a call, or batch_size rollouts of a sampled benchmark (AIME)."""
     evaluation = config["evaluation"]
     runs = sum(_runs(config, method) for method, _ in job.cells)
-    pruned = any(_prunes(method) for method, _ in job.cells)
-    aime = bench["benchmark"] in catalog.SAMPLED_BENCHMARKS
     rows = evaluation["batch_size"].get(job.model, 1)
-    decode_batch = evaluation["decode_batch"] if grouped else 1
-    per_call = samples_per_decode(rows, decode_batch, runs) if grouped else rows if aime else 1
-    batches = math.ceil(runs / decode_batch) if grouped else runs
+    if grouped:
+        decode_batch = evaluation["decode_batch"]
+        per_call = samples_per_decode(rows, decode_batch, runs)
+        return per_call, math.ceil(runs / decode_batch), per_call * min(decode_batch, runs)
+    per_call = rows if evaluation["benchmarks"][job.bench]["benchmark"] in catalog.SAMPLED_BENCHMARKS else 1
+    return per_call, runs, per_call
+
+
+def _priced(config: dict, job: EvalJob, speed: Speed, typical: dict, grouped: bool) -> list[Job]:
+    bench = config["evaluation"]["benchmarks"][job.bench]
+    runs = sum(_runs(config, method) for method, _ in job.cells)
+    pruned = any(_prunes(method) for method, _ in job.cells)
+    per_call, batches, decode_rows = decode_shape(config, job, grouped)
     repeat = job.cells[0][0] in REPEAT_PASS and not grouped
     shards = bench["shards"]
     seconds, seconds_max, prefill, new_max, new_expected = 0.0, 0.0, 0.0, 0.0, 0.0
@@ -227,7 +244,6 @@ def _priced(config: dict, job: EvalJob, speed: Speed, typical: dict, grouped: bo
             prefill_s += samples * context / speed["repeat_tokens_per_s"]
             tokens += samples * context
         calls = math.ceil(samples / per_call)
-        decode_rows = per_call * min(decode_batch, runs)
         step = speed.step_s(decode_rows, context + expected / 2, pruned)
         step_max = speed.step_s(decode_rows, context + new / 2, pruned)
         seconds += prefill_s + calls * batches * expected * step
@@ -368,14 +384,16 @@ def scaling(config: dict, throughput: dict | None = None) -> list[dict]:
     """What each model's speed was scaled by from the reference's, and whether its geometry was known."""
     out = []
     for model in config["models"]:
-        speed = model_speed(config, model, throughput or {})
+        entry = config["models"][model]
+        geometry = Geometry.of(entry["id"], entry.get("revision"))
+        compute, layers, _ = relative_size(geometry)
         out.append(
             {
                 "model": model,
-                "FLOPs/token vs reference": round(speed.scaled["compute"], 2),
-                "layers vs reference": round(speed.scaled["layers"], 2),
+                "FLOPs/token vs reference": round(compute, 2),
+                "layers vs reference": round(layers, 2),
                 "own throughput keys": len((throughput or {}).get(model, {})),
-                "geometry": "known" if speed.scaled["known"] else "unknown: priced as the reference",
+                "geometry": "known" if geometry.known else "unknown: priced as the reference",
             }
         )
     return out
