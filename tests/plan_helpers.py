@@ -7,21 +7,16 @@ import copy
 from pathlib import Path
 
 import yaml
-from snakemake.utils import validate as fill_defaults
 
-from kvzap.plan import checks, schema
+from kvzap.plan import overlays
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = yaml.safe_load((ROOT / "config" / "ci.yaml").read_text())
 
 
 def planned(config: dict) -> dict:
-    """Validate, fill defaults and check, exactly as the Snakefile does."""
-    config = copy.deepcopy(config)
-    schema.validate(config, schema.SCHEMA)
-    fill_defaults(config, str(schema.SCHEMA))
-    checks.check(config)
-    return config
+    """Validate, fill defaults and check, exactly as the Snakefile does (on a copy)."""
+    return overlays.checked(copy.deepcopy(config))
 
 
 OVERLAYS = {"rehearsal.yaml": "paper.yaml"}  # a shipped overlay and the config it is merged on

@@ -38,8 +38,12 @@ def load(paths: list[Path]) -> dict:
 
 
 def planned(paths: list[Path]) -> dict:
-    """The merged config, validated against the schema, with its defaults filled and every plan check passed."""
-    config = load(paths)
+    """The merged config of `paths`, checked and completed (`checked`)."""
+    return checked(load(paths))
+
+
+def checked(config: dict) -> dict:
+    """`config` validated against the schema, its defaults filled in and every plan check passed, in place."""
     validate(config)
     fill_defaults(config, str(SCHEMA))
     check(config)
