@@ -218,3 +218,5 @@ def test_cli_prints_the_table_and_the_machine_schedule(tmp_path):
     assert "wall time on 2 cores" in out and "surrogates" in out
     refused = subprocess.run(command[:4] + ["--cores", "2"], capture_output=True, text=True, cwd=ROOT)
     assert refused.returncode != 0 and "add --forecast" in refused.stderr
+    no_cores = subprocess.run([*command, "--cores", "0"], capture_output=True, text=True, cwd=ROOT)
+    assert no_cores.returncode != 0 and "--cores 0: give the machine's cores" in no_cores.stderr

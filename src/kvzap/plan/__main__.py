@@ -30,6 +30,8 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--cores", type=int, default=None, help="also give each stage's wall time on this many cores")
     args = parser.parse_args(argv)
+    if args.cores is not None and args.cores < 1:
+        parser.error(f"--cores {args.cores}: give the machine's cores, a whole number of at least 1")
     given = {"--throughput": args.throughput, "--calibrate": args.calibrate, "--cores": args.cores}
     for flag, value in given.items():
         if value is not None and not args.forecast:
