@@ -19,7 +19,7 @@ def cpu_flags() -> list[str]:
     """The CPU's matmul-relevant flags, which a record's figures depend on."""
     from kvzap import dtypes  # here: vllm_engine.py reads the argument types without loading kvzap
 
-    return sorted(dtypes.cpu_flags() & {"avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"})
+    return dtypes.matmul_flags()
 
 
 def _integer(text: str, least: int, what: str) -> int:

@@ -22,7 +22,7 @@ rule train_surrogate:
     resources:
         **stage_resources("train"),
     params:
-        args=lambda wc: commands.train_args(config, wc.kind),  # only this kind's settings: alpha reruns linear alone
+        args=lambda wc: commands.train_args(config, wc.model, wc.kind),  # only this kind's settings: alpha reruns linear alone
         data=lambda wc: paths.oracle_dir(RESULTS, wc.model),
     shell:
         "OMP_NUM_THREADS={threads} python -m kvzap.training.fit {params.args} --data {params.data} "
@@ -44,5 +44,5 @@ use rule train_surrogate as train_surrogate_seed with:
     log:
         log_file("train", "{model}-{kind}-seed{seed}"),
     params:
-        args=lambda wc: commands.train_args(config, wc.kind, int(wc.seed)),
+        args=lambda wc: commands.train_args(config, wc.model, wc.kind, int(wc.seed)),
         data=lambda wc: paths.oracle_dir(RESULTS, wc.model),

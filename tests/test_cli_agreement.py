@@ -12,6 +12,7 @@ from snakemake.utils import validate as fill_defaults
 
 from kvzap.evaluation.spec import JobSpec
 from kvzap.plan import commands, jobs, overlays, paths, schema, sweep
+from kvzap.plan.recipe import recipe
 from kvzap.surrogate import settings
 from kvzap.training import collect, fit
 from plan_helpers import config_files
@@ -34,21 +35,22 @@ def _no_second_default(parser, words: list[str]) -> None:
 @pytest.mark.parametrize("name", sorted(path.name for path in (ROOT / "config").glob("*.yaml")))
 def test_plan_command_lines_parse(name):
     config = planned(name)
-    model = next(iter(config["models"]))
-    words = shlex.split(commands.oracle_args(config, model)) + ["--model", "m.json", "--out", "o"]
-    args = collect.build_parser().parse_args(words)
-    assert (args.min_tokens, args.n_train, args.seed) == (
-        config["oracle"]["min_tokens"],
-        config["oracle"]["n_train"],
-        config["seed"],
-    )
-    _no_second_default(collect.build_parser(), words)
-    for kind in ("linear", "mlp"):
-        words = shlex.split(commands.train_args(config, kind)) + ["--data", "d", "--out", "o"]
-        args = fit.build_parser().parse_args(words)
-        for key in settings.TRAINING_KEYS[kind]:
-            assert getattr(args, key) == config["training"][key]
-        _no_second_default(fit.build_parser(), words)
+    for model in config["models"]:  # each with its own recipe, where it has one (kvzap.plan.recipe)
+        own = recipe(config, model)
+        words = shlex.split(commands.oracle_args(config, model)) + ["--model", "m.json", "--out", "o"]
+        args = collect.build_parser().parse_args(words)
+        assert (args.min_tokens, args.n_train, args.seed) == (
+            own["oracle"]["min_tokens"],
+            own["oracle"]["n_train"],
+            config["seed"],
+        )
+        _no_second_default(collect.build_parser(), words)
+        for kind in ("linear", "mlp"):
+            words = shlex.split(commands.train_args(config, model, kind)) + ["--data", "d", "--out", "o"]
+            args = fit.build_parser().parse_args(words)
+            for key in settings.TRAINING_KEYS[kind]:
+                assert getattr(args, key) == own["training"][key]
+            _no_second_default(fit.build_parser(), words)
     for eval_job in sweep.eval_jobs(config)[:50]:
         n_shards = config["evaluation"]["benchmarks"][eval_job.bench]["shards"]
         spec = jobs.evaluate_spec(config, eval_job, 0, n_shards)

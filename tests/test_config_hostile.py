@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +16,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kvzap.plan import commands, errors, jobs, sweep
+from kvzap.plan import checks, commands, errors, jobs, sweep
+from kvzap.plan.errors import ConfigError
 from plan_helpers import BASE, ROOT, config_files, planned
 
 
@@ -239,7 +241,6 @@ def test_command_lines_are_quoted_word_lists():
     (cell,) = spec.cells
     assert (cell.method, cell.value, spec.subsets) == ("kvzap_mlp", -6.0, ("512",))
     assert cell.outs == {"512": "results/ci/smollm2-135m/eval/ruler-512/512/kvzap_mlp/-6"}  # unsplit: the cell itself
-    import shlex
 
     config["models"]["smollm2-135m"]["revision"] = "it's $(x)"  # as if it had slipped past the checks
     assert shlex.split(commands.prepare_args(config, "smollm2-135m"))[-1] == "--revision=it's $(x)"
@@ -247,12 +248,13 @@ def test_command_lines_are_quoted_word_lists():
 
 def test_training_settings_are_per_surrogate():
     config = planned(BASE)
-    linear, mlp = commands.train_args(config, "linear"), commands.train_args(config, "mlp")
+    model = "smollm2-135m"
+    linear, mlp = commands.train_args(config, model, "linear"), commands.train_args(config, model, "mlp")
     config["training"]["alpha"] = 5.0
-    assert commands.train_args(config, "linear") != linear and commands.train_args(config, "mlp") == mlp
+    assert commands.train_args(config, model, "linear") != linear and commands.train_args(config, model, "mlp") == mlp
     config["training"]["epochs"] = 7
-    assert "--epochs 7" in commands.train_args(config, "mlp") and "--epochs" not in commands.train_args(
-        config, "linear"
+    assert "--epochs 7" in commands.train_args(config, model, "mlp") and "--epochs" not in commands.train_args(
+        config, model, "linear"
     )
 
 
@@ -317,3 +319,42 @@ def test_plan_cli_accepts_the_shipped_configs():
         files = [str(f) for f in config_files(path.name)]
         result = subprocess.run([sys.executable, "-m", "kvzap.plan", *files], capture_output=True, text=True)
         assert result.returncode == 0 and "valid" in result.stdout, result.stderr
+
+
+def test_a_models_own_recipe_changes_its_jobs_alone():
+    """Two entries of one model under their own recipes (kvzap.plan.recipe): each job reads its own settings, the
+    other's stay the config's, and a bad override is refused under its own key."""
+    config = planned(BASE)
+    config["models"]["demo-recipe"] = {
+        **config["models"]["smollm2-135m"],
+        "oracle": {"min_tokens": 400, "max_tokens": 600, "tokens_per_prompt": "all"},
+        "training": {"valid_split": "prompts", "keep": "best"},
+    }
+    own = shlex.split(commands.oracle_args(config, "demo-recipe"))
+    base = shlex.split(commands.oracle_args(config, "smollm2-135m"))
+    assert own[own.index("--min-tokens") + 1] == "400" and own[own.index("--tokens-per-prompt") + 1] == "all"
+    assert base[base.index("--min-tokens") + 1] == str(config["oracle"]["min_tokens"])
+    assert "--valid-split prompts --keep best" in commands.train_args(config, "demo-recipe", "mlp")
+    assert f"--valid-split {config['training']['valid_split']}" in commands.train_args(config, "smollm2-135m", "mlp")
+    config["models"]["demo-recipe"]["oracle"]["min_tokens"] = 700
+    with pytest.raises(ConfigError, match=r"models\.demo-recipe\.oracle\.min_tokens = 700"):
+        checks.check(config)
+
+
+def test_an_entrys_own_sweep_replaces_the_models_thresholds_and_the_ratios_there_alone():
+    config = planned(BASE)
+    entry = copy.deepcopy(config["evaluation"]["benchmarks"]["ruler-512"])
+    config["evaluation"]["benchmarks"]["few"] = {
+        **entry,
+        "methods": ["kvzap_mlp", "kvzap_mlp_head"],
+        "thresholds": [-3.0],
+        "ratios": [0.75],
+    }
+    few = {(c.method, c.value) for c in sweep.cells(config) if c.bench == "few"}
+    assert few == {("kvzap_mlp", "-3"), ("kvzap_mlp_head", "0.75")}
+    others = {c.value for c in sweep.cells(config) if c.bench == "ruler-512" and c.method == "kvzap_mlp"}
+    assert others == set(map(sweep.value_label, config["models"]["smollm2-135m"]["thresholds"]))
+    assert {c for j in sweep.eval_jobs(config) if j.bench == "few" for c in j.cells} == few
+    config["evaluation"]["benchmarks"]["few"]["ratios"] = [1.5]
+    with pytest.raises(ConfigError, match=r"evaluation\.benchmarks\.few\.ratios\[0\] = 1\.5"):
+        checks.check(config)

@@ -170,3 +170,41 @@ def test_checkpoint_without_recorded_settings_is_discarded(tmp_path, capsys):
     _, history = fit.fit_mlp(tmp_path / "train", tmp_path / "out", **{**KWARGS, "epochs": 1})
     assert "made with different kvzap version" in capsys.readouterr().out
     assert [h["epoch"] for h in history] == [1]
+
+
+def test_the_papers_split_holds_out_pairs_and_the_demos_whole_prompts():
+    """skorch's ValidSplit(0.05) (the paper's) draws pairs from nearly every prompt; the demo's holds prompts out whole,
+    so no validation prompt has a pair in training. Both hold out 5 % and are seeded."""
+    prompts = np.repeat(np.arange(40), 25)  # 40 prompts of 25 pairs
+    for by in fit.VALID_SPLITS:
+        train, valid = fit._split(prompts, 0.05, seed=3, by=by)
+        assert sorted(np.concatenate([train, valid])) == list(range(len(prompts)))
+        again = fit._split(prompts, 0.05, seed=3, by=by)
+        assert np.array_equal(valid, again[1]) and not np.array_equal(valid, fit._split(prompts, 0.05, 4, by=by)[1])
+        shared = set(prompts[train]) & set(prompts[valid])
+        if by == "pairs":
+            assert len(valid) == 50 and len(set(prompts[valid])) > 20 and shared
+        else:
+            assert len(set(prompts[valid])) == 2 and not shared
+
+
+def test_keep_last_returns_the_last_epochs_weights_and_best_the_lowest_validation_loss(tmp_path, monkeypatch):
+    """The paper keeps the last epoch (skorch without a checkpoint); the demo the best. A scripted validation loss,
+    lowest at epoch 2 of 4, tells them apart; each epoch's weights are caught where the loss is measured."""
+    synthetic_split(tmp_path / "train")
+    scripted = [3.0, 1.0, 2.0, 4.0]
+    for keep, chosen in (("last", 3), ("best", 1)):
+        weights = []
+
+        def validation(model, *args):
+            weights.append({k: v.detach().clone() for k, v in model.state_dict().items()})
+            return scripted[len(weights) - 1]
+
+        monkeypatch.setattr(fit, "_validation_loss", validation)
+        model, history = fit.fit_mlp(tmp_path / "train", tmp_path / keep, keep=keep, **{**KWARGS, "epochs": 4})
+        assert [h["valid_loss"] for h in history] == scripted
+        for name, value in model.state_dict().items():
+            torch.testing.assert_close(value, weights[chosen][name])
+        assert any(not torch.equal(weights[chosen][k], weights[2][k]) for k in weights[2])
+    with pytest.raises(ValueError, match="keep one of"):
+        fit.fit_mlp(tmp_path / "train", tmp_path / "bad", keep="first", **KWARGS)

@@ -28,6 +28,15 @@ def cpu_flags() -> frozenset[str]:
     return frozenset()
 
 
+MATMUL_FLAGS = frozenset({"avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"})
+
+
+def matmul_flags() -> list[str]:
+    """The CPU's matmul-relevant flags, which every CPU timing and float32/bfloat16 choice depends on: named with each
+    record."""
+    return sorted(cpu_flags() & MATMUL_FLAGS)
+
+
 def native_bf16(device: str | torch.device) -> bool:
     """A GPU that supports bf16; a CPU with bf16 units whose AVX-512 kernels torch dispatches (ATEN_CPU_CAPABILITY=avx2
     turns them off, and with them the bf16 speed)."""

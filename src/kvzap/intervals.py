@@ -114,5 +114,20 @@ def mean_over_cells(cells: pd.DataFrame, metric: str) -> tuple[float, float, flo
     return mean, mean - half, mean + half
 
 
+def paired_difference(a: np.ndarray, b: np.ndarray, tasks: np.ndarray) -> tuple[float, float, float]:
+    """Two methods scored (in [0, 1]) on the same samples: the difference of their task-averaged scores (a - b, x100)
+    and its 95 % interval, resampling samples within tasks. Pairing removes what the samples share (a hard needle
+    is hard for both), so the interval is far narrower than the two cells' own intervals suggest."""
+    names, codes = np.unique(tasks, return_inverse=True)
+    diff = np.asarray(a, dtype=float) - np.asarray(b, dtype=float)
+
+    def average(idx: np.ndarray) -> float:
+        sums = np.bincount(codes[idx], weights=diff[idx], minlength=len(names))
+        return float((sums / np.bincount(codes[idx], minlength=len(names))).mean())
+
+    low, high = bootstrap(average, len(diff), codes)
+    return round(100 * average(np.arange(len(diff))), 2), round(100 * low, 2), round(100 * high, 2)
+
+
 def _percent(interval: tuple[float, float]) -> list[float]:
     return [round(100 * float(interval[0]), 2), round(100 * float(interval[1]), 2)]

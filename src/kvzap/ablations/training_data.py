@@ -124,9 +124,17 @@ def fit_kind(kind: str, data: Path, pairs: np.ndarray, args, scratch: Path) -> t
     if kind == "linear":
         return fit.fit_ridge(data / "train", args.alpha, pairs=pairs), None
     model, history = fit.fit_mlp(
-        data / "train", scratch, args.epochs, args.lr, args.batch_size, seed=args.seed, pairs=pairs
+        data / "train",
+        scratch,
+        args.epochs,
+        args.lr,
+        args.batch_size,
+        seed=args.seed,
+        pairs=pairs,
+        valid_split=args.valid_split,
+        keep=args.keep,
     )
-    return model, min(history, key=lambda h: h["valid_loss"])["epoch"]
+    return model, history[-1]["epoch"] if args.keep == "last" else min(history, key=lambda h: h["valid_loss"])["epoch"]
 
 
 def parse_sources(specs: list[str]) -> dict[str, list[str] | None]:
@@ -216,6 +224,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--epochs", type=int, required=True)
     parser.add_argument("--lr", type=float, required=True)
     parser.add_argument("--batch-size", type=int, required=True)
+    parser.add_argument("--valid-split", choices=fit.VALID_SPLITS, required=True)
+    parser.add_argument("--keep", choices=fit.KEEP, required=True)
     parser.add_argument("--benchmark", required=True, help="benchmark type, e.g. ruler")
     parser.add_argument("--source", required=True, help="benchmark data source (offline, hub, local:<folder>)")
     parser.add_argument("--subset", required=True, help="e.g. the RULER context length")

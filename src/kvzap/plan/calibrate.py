@@ -35,6 +35,7 @@ from kvzap.evaluation import presses
 from kvzap.evaluation.shared_prefill import batched_cache, kept_rows, record
 from kvzap.plan import forecast
 from kvzap.plan.cluster import resource
+from kvzap.plan.recipe import recipe
 from kvzap.plan.sweep import PREFILL_GROUP, eval_jobs
 from kvzap.prepare import models
 from kvzap.pruning.attention import use_kvzap_attention
@@ -217,7 +218,16 @@ def _oracle_and_training(config: dict, name: str, model, tokenizer, folder: Path
     )
     with threads(_cores(config, name, "train")):
         _, mlp = timed(
-            lambda: fit_mlp(folder / "train", folder / "mlp", 1, training["lr"], training["batch_size"], pairs=tiled)
+            lambda: fit_mlp(
+                folder / "train",
+                folder / "mlp",
+                1,
+                training["lr"],
+                training["batch_size"],
+                pairs=tiled,
+                valid_split=training["valid_split"],
+                keep=training["keep"],
+            )
         )
         _, linear = timed(lambda: fit_ridge(folder / "train", training["alpha"]))
     speed = {
@@ -245,11 +255,12 @@ def calibrate(config: dict) -> dict:
             _, prepare_s = timed(lambda: models.prepare(entry["id"], folder / "model", entry.get("revision")))
             dtype = dtypes.resolve(entry.get("dtype", "auto"), "cuda" if torch.cuda.is_available() else "cpu")
             (model, tokenizer), load_s = timed(lambda: models.load(folder / "model" / "model.json", dtype=dtype))
-            speed, found = measure(config, name, model, tokenizer, folder)
+            speed, found = measure(recipe(config, name), name, model, tokenizer, folder)
         offline = entry["id"].startswith("offline/")  # a Hub model's prepare is a download: not this machine's speed
         table[name] = {
             **speed,
             "job_start_s": imports + load_s,
             **({"prepare_s": imports + prepare_s} if offline else {}),
+            **found,  # what the corpus gives this model's recipe, as its tokenizer counts it
         }
-    return table | found  # the corpus as the last model's tokenizer counts it
+    return table | found  # overall: the last model's count

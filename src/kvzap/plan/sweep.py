@@ -25,11 +25,15 @@ def value_label(value: float | None) -> str:
     return text[:-2] if text.endswith(".0") else text
 
 
-def method_values(config: dict, model: str, method: str) -> list[float | None]:
+def method_values(config: dict, model: str, method: str, bench: dict) -> list[float | None]:
+    """The thresholds or ratios a method sweeps on one benchmark entry: the entry's own, else the model's thresholds
+    and the evaluation's ratios (an entry may run its costly baselines at fewer points)."""
     parameter = methods.METHODS[method].parameter
     if parameter == "none":
         return [None]
-    return config["models"][model]["thresholds"] if parameter == "threshold" else config["evaluation"]["ratios"]
+    if parameter == "threshold":
+        return bench.get("thresholds") or config["models"][model]["thresholds"]
+    return bench.get("ratios") or config["evaluation"]["ratios"]
 
 
 def bench_models(config: dict, bench: dict) -> list[str]:
@@ -45,7 +49,7 @@ def cells(config: dict) -> list[Cell]:
                 for method in bench.get("methods", config["evaluation"]["methods"]):
                     if method in config["models"][model].get("skip_methods", []):
                         continue
-                    values = method_values(config, model, method)
+                    values = method_values(config, model, method, bench)
                     out += [Cell(model, name, subset, method, value_label(v)) for v in values]
     return out
 
@@ -77,7 +81,7 @@ def eval_jobs(config: dict) -> list[EvalJob]:
                 if method in config["models"][model].get("skip_methods", []):
                     continue
                 info = methods.METHODS[method]
-                for value in map(value_label, method_values(config, model, method)):
+                for value in map(value_label, method_values(config, model, method, bench)):
                     if info.shares_prefill and not sampled:
                         shared.append((method, value))
                     else:

@@ -4,8 +4,9 @@ KVzap-Linear: ridge regression (alpha 1, with intercept, as scikit-learn's Ridge
 normal equations accumulated over the shards in float64, so the data never has to fit in memory (`ridge_solve`,
 shared with the (k, v) ablation in kvzap.ablations.kv_input).
 KVzap-MLP: D -> D/8 -> GELU -> H per layer, all layers in one network, AdamW + cosine schedule +
-grad-norm clipping, a seeded 5% of the prompts held out whole for validation, and the weights of the best
-validation epoch kept (early stopping). Each epoch shuffles all pairs globally; minibatches are
+grad-norm clipping, a seeded 5% held out for validation: of the pairs, keeping the last epoch's weights (the
+paper's recipe, `--valid-split pairs --keep last`), or of the prompts whole, keeping the best validation epoch's
+(early stopping, the demo's). Each epoch shuffles all pairs globally; minibatches are
 gathered from memory-mapped shards, so memory stays bounded. It checkpoints every epoch; a resume
 continues only a run with identical settings and training data (else it restarts from epoch 0), and
 equals an unbroken run. A non-finite loss, weight or ridge solution stops training with an error.
@@ -155,10 +156,20 @@ def fit_ridge(
 # ---------------------------------------------------------------- MLP
 
 
-def _split(prompts: np.ndarray, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+VALID_SPLITS = ("pairs", "prompts")  # the paper's (skorch's ValidSplit over pairs), the demo's
+KEEP = ("last", "best")  # the paper's (the last epoch's weights), the demo's (the lowest validation loss)
+
+
+def _split(prompts: np.ndarray, fraction: float, seed: int, by: str = "prompts") -> tuple[np.ndarray, np.ndarray]:
     """(training, validation) positions into `prompts` (each pair's prompt index), ascending: a seeded random
-    `fraction` of the prompts is held out whole. A prompt's pairs are correlated, so a pair-level split would let
-    the validation loss fall while the MLP memorises its training prompts, and early stopping would never act."""
+    `fraction` of the prompts held out whole, or (`by="pairs"`, the paper's) of the pairs. A prompt's pairs are
+    correlated, so with a pair-level split the validation loss falls while the MLP memorises its training prompts,
+    and choosing the best epoch by it chooses little."""
+    if by == "pairs":
+        held = torch.randperm(len(prompts), generator=torch.Generator().manual_seed(seed))
+        chosen = np.zeros(len(prompts), dtype=bool)
+        chosen[held[: max(1, round(fraction * len(prompts)))].numpy()] = True
+        return np.flatnonzero(~chosen), np.flatnonzero(chosen)
     ids = np.unique(prompts)
     held = torch.randperm(len(ids), generator=torch.Generator().manual_seed(seed))[: max(1, round(fraction * len(ids)))]
     chosen = np.isin(prompts, ids[held.numpy()])
@@ -262,9 +273,16 @@ def fit_mlp(
     seed: int = 42,
     device: torch.device | None = None,
     pairs: np.ndarray | None = None,
+    valid_split: str = "prompts",
+    keep: str = "best",
 ) -> tuple[Surrogate, list[dict]]:
-    """KVzap-MLP; the returned weights are those of the epoch with the lowest validation loss (early stopping:
-    with few pairs the MLP overfits in later epochs). `pairs` (global row indices) restricts the data."""
+    """KVzap-MLP; the returned weights are those of the epoch with the lowest validation loss (`keep="best"`: early
+    stopping, since with few pairs the MLP overfits in later epochs) or of the last epoch (the paper's).
+    `pairs` (global row indices) restricts the data."""
+    if valid_split not in VALID_SPLITS or keep not in KEEP:
+        raise ValueError(
+            f"valid_split must be one of {VALID_SPLITS} and keep one of {KEEP}, not {valid_split!r}, {keep!r}"
+        )
     device = device or device_default()
     manifest = load_manifest(folder)
     rows = ShardRows(shards(folder))
@@ -277,7 +295,8 @@ def fit_mlp(
         "batch_size": batch_size,
         "hidden_dim": hidden_dim,
         "valid_fraction": valid_fraction,
-        "valid_split": "prompts",
+        "valid_split": valid_split,
+        "keep": keep,
         "seed": seed,
         "data": {
             "params_hash": manifest["params_hash"],
@@ -297,7 +316,7 @@ def fit_mlp(
     scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=epochs)
     start, history, best = _load_checkpoint(out, run, model, optimizer, scheduler)
     pairs = np.arange(len(rows)) if pairs is None else pairs
-    train_index, valid_index = _split(rows.gather("prompt", pairs).numpy(), valid_fraction, seed)
+    train_index, valid_index = _split(rows.gather("prompt", pairs).numpy(), valid_fraction, seed, valid_split)
     train_index, valid_index = pairs[train_index], pairs[valid_index]
     minibatch = Minibatches(rows, batch_size, device)
 
@@ -323,7 +342,7 @@ def fit_mlp(
         valid_loss = _validation_loss(model, minibatch, valid_index, batch_size)
         history.append({"epoch": epoch + 1, "train_loss": train_loss / max(seen, 1), "valid_loss": valid_loss})
         print(f"epoch {epoch + 1}: train {history[-1]['train_loss']:.4f} valid {valid_loss:.4f}")
-        if best is None or valid_loss < min(h["valid_loss"] for h in history[:-1]):
+        if keep == "last" or best is None or valid_loss < min(h["valid_loss"] for h in history[:-1]):
             best = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
         _save_checkpoint(out, run, model, optimizer, scheduler, epoch, history, best)
         atomic_write_json(out / "history.json", {"run": run, "history": history})  # progress, for people watching
@@ -394,6 +413,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--epochs", type=int, help="MLP epochs")
     parser.add_argument("--lr", type=float, help="MLP learning rate")
     parser.add_argument("--batch-size", type=int, help="MLP batch size")
+    parser.add_argument("--valid-split", choices=VALID_SPLITS, help="MLP: hold out 5%% of the pairs or of the prompts")
+    parser.add_argument("--keep", choices=KEEP, help="MLP: the last epoch's weights or the best validation epoch's")
     parser.add_argument("--hidden-dim", type=int, default=None, help="default: input_dim / 8")
     parser.add_argument("--seed", type=int, required=True)
     return parser
@@ -414,7 +435,15 @@ def main() -> None:
         params = {"kind": "linear", "alpha": args.alpha}
     else:
         model, history = fit_mlp(
-            args.data / "train", args.out, args.epochs, args.lr, args.batch_size, args.hidden_dim, seed=args.seed
+            args.data / "train",
+            args.out,
+            args.epochs,
+            args.lr,
+            args.batch_size,
+            args.hidden_dim,
+            seed=args.seed,
+            valid_split=args.valid_split,
+            keep=args.keep,
         )
         params = {
             "kind": "mlp",
@@ -423,6 +452,8 @@ def main() -> None:
             "batch_size": args.batch_size,
             "hidden_dim": model.hidden_dim,
             "valid_fraction": 0.05,
+            "valid_split": args.valid_split,
+            "keep": args.keep,
         }
     y_true, y_pred, prompts = predict(model, args.data / "test")
     r2 = squared_pearson(y_true, y_pred)

@@ -1,0 +1,99 @@
+"""The paper's claims judged on cells (kvzap.report.claims): paired differences computed by hand, and each verdict
+reached from cells built to give it."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from kvzap.intervals import paired_difference
+from kvzap.report import claims
+from kvzap.report.claims import AGREES, DISAGREES, UNTESTABLE, Cell
+
+TASKS = ["niah_single_1", "vt"]
+
+
+def cell(method, value, scores, ratio, bench="ruler-4k", per_sample_ratio=None):
+    """A cell of len(scores) samples split evenly over TASKS, its metrics as a run writes them."""
+    n = len(scores)
+    tasks = [TASKS[i * len(TASKS) // n] for i in range(n)]
+    ratios = per_sample_ratio if per_sample_ratio is not None else [ratio] * n
+    samples = pd.DataFrame(
+        {"task": tasks, "score": np.asarray(scores, float), "ratio": ratios}, index=[f"s{i}" for i in range(n)]
+    )
+    per_task = samples.groupby("task")["score"].mean() * 100
+    metrics = {
+        "compression_ratio": ratio,
+        "average": float(per_task.mean()),
+        "average_ci": [0.0, 100.0],
+        "per_task": per_task.to_dict(),
+        "per_task_ci": {t: [0.0, 100.0] for t in per_task.index},
+        "model": "m",
+    }
+    return Cell(bench, method, value, metrics, samples)
+
+
+def test_paired_difference_is_the_task_mean_of_the_differences():
+    rng = np.random.default_rng(0)
+    a, b = rng.integers(0, 2, 60), rng.integers(0, 2, 60)
+    tasks = np.repeat(["x", "y", "z"], [10, 20, 30])
+    by_task = [(a[tasks == t] - b[tasks == t]).mean() for t in ("x", "y", "z")]
+    diff, low, high = paired_difference(a, b, tasks)
+    assert diff == pytest.approx(100 * np.mean(by_task), abs=0.01)
+    assert low <= diff <= high
+    same, low0, high0 = paired_difference(a, a, tasks)
+    assert (same, low0, high0) == (0, 0, 0)  # a method against itself: no difference, no noise
+
+
+def test_holding_the_full_cache_agrees_disagrees_or_cannot_tell():
+    full = cell("full", "none", [1] * 40, 0.0)
+    same = cell("kvzap_mlp", "-3", [1] * 40, 0.7)
+    assert claims.holds_full_cache([full, same])["verdict"] == AGREES
+    worse = cell("kvzap_mlp", "-3", [1] * 10 + [0] * 30, 0.7)
+    assert claims.holds_full_cache([full, worse])["verdict"] == DISAGREES
+    few = [cell("full", "none", [1, 1, 1, 1], 0.0), cell("kvzap_mlp", "-3", [1, 0, 1, 0], 0.7)]
+    assert claims.holds_full_cache(few)["verdict"] == UNTESTABLE
+    low_ratio = cell("kvzap_mlp", "-5", [1] * 40, 0.3)
+    assert claims.holds_full_cache([full, low_ratio])["verdict"] == UNTESTABLE
+
+
+def test_references_are_compared_at_matched_ratios_on_the_same_entry():
+    kvzip = cell("kvzip", "0.75", [1] * 40, 0.75, bench="few")
+    near = cell("kvzap_mlp", "-3", [1] * 40, 0.78, bench="few")
+    far = cell("kvzap_linear", "-3", [0] * 40, 0.60, bench="few")  # outside MATCH: not compared
+    other_entry = cell("kvzap_linear", "-4", [0] * 40, 0.75)  # other samples: never paired
+    result = claims.matches_reference([kvzip, near, far, other_entry], "c", "p", "KVzap", "kvzip", claims.SURROGATES)
+    assert result["verdict"] == AGREES and [d["a"] for d in result["comparisons"]] == [near.label]
+    none = claims.matches_reference([kvzip, far], "c", "p", "KVzap", "kvzip", claims.SURROGATES)
+    assert none["verdict"] == UNTESTABLE
+
+
+def test_threshold_against_topk_reads_no_gap_as_a_disagreement():
+    topk = cell("kvzap_mlp_head", "0.75", [1] * 30 + [0] * 10, 0.75)
+    better = cell("kvzap_mlp", "-3", [1] * 40, 0.74)
+    assert claims.threshold_beats_topk([topk, better])["verdict"] == AGREES
+    equal = cell("kvzap_mlp", "-3", [1] * 30 + [0] * 10, 0.74)
+    assert claims.threshold_beats_topk([topk, equal])["verdict"] == DISAGREES
+    worse = cell("kvzap_mlp", "-3", [1] * 10 + [0] * 30, 0.74)
+    assert claims.threshold_beats_topk([topk, worse])["verdict"] == DISAGREES
+
+
+def test_window_collapse_and_adaptive_ratios():
+    base = cell("kvzap_mlp", "-3", [1] * 40, 0.7)
+    w512 = cell("kvzap_mlp_w512", "-3", [1] * 40, 0.7)
+    collapsed = cell("kvzap_mlp_w0", "-3", [0] * 40, 0.8)
+    assert claims.window_needed([base, w512, collapsed])["verdict"] == AGREES
+    kept = cell("kvzap_mlp_w0", "-3", [1] * 40, 0.8)
+    assert claims.window_needed([base, w512, kept])["verdict"] == DISAGREES
+    assert claims.window_needed([base, w512])["verdict"] == UNTESTABLE
+    full = cell("full", "none", [1] * 40, 0.0)
+    spread = cell("kvzap_mlp", "-3", [1] * 40, 0.7, per_sample_ratio=[0.6] * 20 + [0.8] * 20)
+    assert claims.ratio_adapts([full, spread])["verdict"] == AGREES
+    flat = cell("kvzap_mlp", "-3", [1] * 40, 0.7)
+    assert claims.ratio_adapts([full, flat])["verdict"] == DISAGREES
+
+
+def test_fit_claim_reads_the_intervals():
+    fit = lambda r2, low, high: {"r2_mean": r2, "r2_mean_ci": [low, high], "n_test_pairs": 10}  # noqa: E731
+    assert claims.mlp_fits_better({"mlp": fit(0.7, 0.68, 0.72), "linear": fit(0.6, 0.58, 0.62)})["verdict"] == AGREES
+    assert claims.mlp_fits_better({"mlp": fit(0.6, 0.5, 0.7), "linear": fit(0.6, 0.55, 0.65)})["verdict"] == UNTESTABLE
+    assert claims.mlp_fits_better({"mlp": fit(0.5, 0.48, 0.52), "linear": fit(0.6, 0.58, 0.62)})["verdict"] == DISAGREES
