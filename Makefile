@@ -6,7 +6,8 @@ PY := $(VENV)/bin/python
 CORES ?= $(shell nproc 2>/dev/null || sysctl -n hw.ncpu 2>/dev/null || echo 2)
 PIP := $(PY) -m pip install -q
 
-.PHONY: setup setup-test setup-gemma setup-vllm demo test lint report dry-run prefetch rehearsal clean
+.PHONY: setup setup-test setup-gemma setup-vllm demo paper-small paper-small-recipes test lint report dry-run prefetch \
+  rehearsal clean
 
 TOKENIZERS := .cache/tokenizers
 KVPRESS_SDIST := .cache/kvpress-sdist
@@ -81,6 +82,20 @@ $(KVPRESS_SDIST)/.fetched: $(VENV)/.installed
 demo: setup
 	start=$$(date +%s); PATH="$(CURDIR)/$(VENV)/bin:$$PATH" snakemake --cores $(CORES) && \
 	echo "demo finished in $$(( $$(date +%s) - start )) s: results/tables/results.md, results/figures/"
+
+# The paper's findings at small scale (config/paper_small.yaml: RULER-style 4k, the paper's training recipe), then its
+# claims judged on the cells (results/paper-small/claims.json, as benchmarks/cpu/paper_small.json and docs/results.md).
+PAPER_SMALL := --configfile config/paper_small.yaml
+paper-small: setup
+	start=$$(date +%s); PATH="$(CURDIR)/$(VENV)/bin:$$PATH" snakemake --cores $(CORES) $(PAPER_SMALL) && \
+	$(PY) -m kvzap.report.claims --config config/paper_small.yaml --wall-s $$(( $$(date +%s) - start )) \
+	  --out results/paper-small/claims.json
+
+# The demo's training recipe beside the paper's, sharing paper-small's work: R^2 and accuracy of both.
+paper-small-recipes: setup
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" snakemake --cores $(CORES) $(PAPER_SMALL) config/paper_small_recipes.yaml && \
+	$(PY) -m kvzap.ablations.recipes --config config/paper_small.yaml config/paper_small_recipes.yaml \
+	  --out results/paper-small/recipes.json
 
 dry-run: setup
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" snakemake -n
