@@ -19,7 +19,7 @@ def planned(config: dict) -> dict:
     return overlays.checked(copy.deepcopy(config))
 
 
-OVERLAYS = {"rehearsal.yaml": "paper.yaml"}  # a shipped overlay and the config it is merged on
+OVERLAYS = {"rehearsal.yaml": "paper.yaml", "paper_small_recipes.yaml": "paper_small.yaml"}  # overlay: its base
 
 
 def config_files(name: str) -> list[Path]:

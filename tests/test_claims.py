@@ -1,6 +1,9 @@
 """The paper's claims judged on cells (kvzap.report.claims): paired differences computed by hand, and each verdict
 reached from cells built to give it."""
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -97,3 +100,52 @@ def test_fit_claim_reads_the_intervals():
     assert claims.mlp_fits_better({"mlp": fit(0.7, 0.68, 0.72), "linear": fit(0.6, 0.58, 0.62)})["verdict"] == AGREES
     assert claims.mlp_fits_better({"mlp": fit(0.6, 0.5, 0.7), "linear": fit(0.6, 0.55, 0.65)})["verdict"] == UNTESTABLE
     assert claims.mlp_fits_better({"mlp": fit(0.5, 0.48, 0.52), "linear": fit(0.6, 0.58, 0.62)})["verdict"] == DISAGREES
+
+
+def test_a_run_on_disk_becomes_a_record(tmp_path, monkeypatch):
+    """load_cells reads the cells a run wrote (predictions.csv, metrics.json as the job writes them), seeds averaged
+    per sample; build names every claim and every cell's tasks."""
+    from kvzap.evaluation.predictions import write_predictions
+    from kvzap.evaluation.suites import ruler
+    from kvzap.plan import paths
+    from kvzap.plan.sweep import cells as config_cells
+    from plan_helpers import BASE, planned
+
+    monkeypatch.chdir(tmp_path)  # a config's results root lies under results/
+    config = planned({**BASE, "results": "results/run"})
+    written = 0
+    for c in config_cells(config):
+        if config["evaluation"]["benchmarks"][c.bench]["benchmark"] != "ruler":
+            continue
+        correct = c.method in ("full", "kvzap_mlp")  # the others miss every needle
+        seeds = [42, 43] if c.method == "kvzap_mlp" else [None]
+        rows = pd.DataFrame(
+            [
+                {
+                    "sample_id": f"{task}-{i}",
+                    "task": task,
+                    "answers": ["4711"],
+                    "prediction": "4711" if correct else "no",
+                }
+                | {"compression_ratio": 0.0 if c.method == "full" else 0.6 + 0.01 * i}
+                | ({} if seed is None else {"seed": seed})
+                for task in TASKS
+                for i in range(6)
+                for seed in seeds
+            ]
+        )
+        folder = Path(paths.cell_dir(config["results"], c))
+        folder.mkdir(parents=True)
+        metrics = ruler.score(rows) | {"compression_ratio": float(rows["compression_ratio"].mean()), "model": c.model}
+        metrics["json_columns"] = write_predictions(rows, folder / "predictions.csv")
+        (folder / "metrics.json").write_text(json.dumps(metrics))
+        written += 1
+    loaded = claims.load_cells(config)
+    assert len(loaded) == written and all(len(c.samples) == 12 for c in loaded)
+    mlp = next(c for c in loaded if c.method == "kvzap_mlp")
+    assert mlp.samples["score"].tolist() == [1.0] * 12  # two seeds' rows, one sample each
+    record = claims.build(config, next(iter(config["models"])), wall_s=12.0)
+    assert record["wall_s"] == 12.0 and len(record["claims"]) == 9
+    assert {r["task"] for r in record["cells"]} == {"average", *TASKS}
+    held = record["claims"][0]
+    assert held["verdict"] == AGREES and "kvzap_mlp" in held["measured"]
