@@ -88,7 +88,7 @@ demo: setup
 PAPER_SMALL := --configfile config/paper_small.yaml
 paper-small: setup
 	start=$$(date +%s); PATH="$(CURDIR)/$(VENV)/bin:$$PATH" snakemake --cores $(CORES) $(PAPER_SMALL) && \
-	$(PY) -m kvzap.report.claims --config config/paper_small.yaml --wall-s $$(( $$(date +%s) - start )) \
+	$(PY) -m kvzap.claims --config config/paper_small.yaml --wall-s $$(( $$(date +%s) - start )) \
 	  --out results/paper-small/claims.json
 
 # The demo's training recipe beside the paper's, sharing paper-small's work: R^2 and accuracy of both.

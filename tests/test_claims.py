@@ -1,4 +1,4 @@
-"""The paper's claims judged on cells (kvzap.report.claims): paired differences computed by hand, and each verdict
+"""The paper's claims judged on cells (kvzap.claims): paired differences computed by hand, and each verdict
 reached from cells built to give it."""
 
 import json
@@ -8,9 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from kvzap import claims
+from kvzap.claims import AGREES, DISAGREES, UNTESTABLE, Cell
 from kvzap.intervals import paired_difference
-from kvzap.report import claims
-from kvzap.report.claims import AGREES, DISAGREES, UNTESTABLE, Cell
 
 TASKS = ["niah_single_1", "vt"]
 

@@ -98,7 +98,11 @@ def _collect(model, tok, data, counts=(("train", 6), ("test", 2))) -> dict:
 
 
 def _train(kind: str, data, out, monkeypatch) -> None:
-    settings = ["--alpha", "1"] if kind == "linear" else ["--epochs", "2", "--lr", "5e-3", "--batch-size", "16"]
+    settings = (
+        ["--alpha", "1"]
+        if kind == "linear"
+        else ["--epochs", "2", "--lr", "5e-3", "--batch-size", "16", "--valid-split", "pairs", "--keep", "last"]
+    )
     argv = ["train", "--kind", kind, "--data", str(data), "--out", str(out), "--seed", "0", *settings]
     monkeypatch.setattr(sys, "argv", [*argv, *(["--hidden-dim", "8"] if kind == "mlp" else [])])
     fit.main()

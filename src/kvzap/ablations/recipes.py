@@ -19,13 +19,13 @@ import torch
 from kvzap import dtypes
 from kvzap.ablations.training_data import benchmark_pairs
 from kvzap.atomic import atomic_write_json
+from kvzap.claims import MATCH, Cell, difference, load_cells
 from kvzap.evaluation.suites import benchmark_module
 from kvzap.plan import overlays, paths
 from kvzap.plan.inputs import surrogate_seeds
 from kvzap.plan.recipe import recipe
 from kvzap.prepare import models
 from kvzap.refusal import Refusal, entry_point
-from kvzap.report.claims import MATCH, Cell, difference, load_cells
 from kvzap.surrogate.model import Surrogate
 from kvzap.training import fit
 

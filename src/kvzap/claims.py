@@ -7,7 +7,7 @@ are compared "at the same compression" when their measured ratios are within MAT
 agrees when the interval rules out a loss of DELTA points or more, disagrees when A is worse beyond the noise by a
 margin the interval cannot exclude from DELTA, and is not testable when the interval is too wide to tell.
 
-    python -m kvzap.report.claims --config config/paper_small.yaml --wall-s 5100 --out paper_small.json
+    python -m kvzap.claims --config config/paper_small.yaml --wall-s 5100 --out paper_small.json
 """
 
 from __future__ import annotations
