@@ -3,8 +3,6 @@ model (kvzap.evaluation.attention_served) and its union and warning (kvzap.evalu
 
 from __future__ import annotations
 
-import functools
-import warnings
 from collections import Counter
 
 import pytest
@@ -14,7 +12,6 @@ from kvzap.evaluation import attention_record
 from kvzap.evaluation.attention_served import attention_served
 from kvzap.pruning import segments
 from tiny_models import tiny_model
-from varlen_reference import varlen_reference
 
 
 def _inputs(new: int, mask: str):
@@ -45,19 +42,6 @@ def test_each_cpu_kernel_is_counted_by_name_where_it_is_chosen(new, mask, kernel
             segments.segment_attention(q, packed, window, 2, 10**9, kernel="rows")  # a caller's choice counts too
     assert inner == Counter([kernel, "rows"]) and outer == Counter([kernel, kernel, "rows"])
     assert segments.SERVED[kernel] - before == outer[kernel]  # the process-wide count, read directly
-
-
-def test_an_untrusted_varlen_kernel_is_counted_as_the_row_loop_that_served(monkeypatch):
-    """varlen is CUDA-only: here it is offered on CPU, and wrong (its causal window ignored), so its first-use
-    check fails and the row loop serves, which the count says."""
-    monkeypatch.setattr(segments, "varlen_attn", functools.partial(varlen_reference, causal_as_full=True))
-    monkeypatch.setattr(segments, "applicable_kernels", lambda q, mask: ["varlen", "rows"])
-    monkeypatch.setattr(segments, "TRUSTED", {})
-    q, packed, window = _inputs(3, "causal")
-    with warnings.catch_warnings(record=True) as caught, segments.kernels_served() as served:
-        warnings.simplefilter("always")
-        segments.segment_attention(q, packed, window, 2, 10**9)
-    assert served == {"rows": 1} and "uses the row loop" in str(caught[0].message)
 
 
 def test_a_models_record_names_the_implementations_its_layers_ran_and_whether_compiled():

@@ -33,7 +33,7 @@ def union(records: list[dict | None]) -> dict | None:
 
 def row_loop_on_gpu(record: dict) -> bool:
     """Whether the row loop served on a GPU where the varlen kernel never did: varlen was unavailable there (a
-    float32 model, an older torch) or failed its first-use check (kvzap.pruning.segments.kernel_trusted). The row
+    float32 model, an older torch; one that fails its first-use check stops the job instead). The row
     loop beside varlen is by design: it serves windows that still hold a batch's padding."""
     kernels = record["segment_kernels"]
     return "cuda" in record["devices"] and "rows" in kernels and "varlen" not in kernels

@@ -6,7 +6,7 @@ the kept cache. Four implementations, each exact against the masking reference:
 - `_varlen` (CUDA, half precision): two calls of PyTorch's flash varlen kernel for all rows at once, one over
   the kept slots (`seqused_k` skips the spare ones) and one over the windows, merged through their
   log-sum-exps: a fixed number of kernels per layer, whatever the number of rows. Its first use on a device
-  is checked against the row loop (`kernel_trusted`).
+  is checked against the row loop (`kernel_trusted`); a mismatch stops the job (`KernelMismatch`).
 - `_decode` (CPU, queries that see everything: a decoding step's one new token): the windows' scores and
   values in one batched matmul each, one softmax over a padded (Q, R, longest + W) score buffer, and per row
   only the two matmuls over its used slots, written in place through views made in bulk, on one thread: two
@@ -21,7 +21,6 @@ Each call counts the kernel that served it (`SERVED`, `kernels_served`): a run's
 from __future__ import annotations
 
 import math
-import warnings
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -115,8 +114,8 @@ def segment_attention(
     """
     if kernel is None:
         kernel = applicable_kernels(q, window.mask)[0]
-        if kernel == "varlen" and not kernel_trusted(q, packed, window, heads, budget):
-            kernel = "rows"
+        if kernel == "varlen":
+            kernel_trusted(q, packed, window, heads, budget)
     SERVED[kernel if kernel in KERNELS else "rows"] += 1  # any other name falls through to the row loop
     if kernel == "varlen":
         return _varlen(q, packed, window)
@@ -140,33 +139,37 @@ def applicable_kernels(q, new_mask) -> list[str]:
     return found + ["rows"]
 
 
-# (device, dtype, causal) -> whether the varlen kernel agreed with the row loop at its first use there
-TRUSTED: dict[tuple, bool] = {}
+# (device, dtype, causal) -> how far the varlen kernel's first outputs there were from the row loop's, and their scale
+TRUSTED: dict[tuple, tuple[float, float]] = {}
 # How far bf16/fp16 kernels may differ from the float32 row loop, relative to the output's magnitude (rounding
 # gives about 1e-2; a kernel that reads other keys, e.g. another causal alignment, differs by order one).
 TRUST_TOLERANCE = 0.05
 
 
-def kernel_trusted(q, packed: Packed, window: Window, heads: int, budget: int) -> bool:
+class KernelMismatch(RuntimeError):
+    """A fused kernel disagreed with the row loop on its first inputs: results would change, so the job stops."""
+
+
+def kernel_trusted(q, packed: Packed, window: Window, heads: int, budget: int) -> None:
     """Compare the varlen kernel with the float32 row loop on its first inputs per (device, dtype, causal).
 
     Its use of `varlen_attn` follows the documentation and is tested on CPU against an emulation of it. A
-    kernel that behaves otherwise on some GPU or torch version must not change results silently, so the row
-    loop serves instead, with a warning.
+    kernel that behaves otherwise on some GPU or torch version must neither change results nor run 12-15x
+    slower unseen (the row loop's cost on a long cache), so it raises KernelMismatch, every time it is chosen.
     """
     key = (str(q.device), q.dtype, window.mask is not None)
     if key not in TRUSTED:
         got = _varlen(q, packed, window).float()
         want = float32_rows(q, packed, window, heads, budget)
-        error, scale = (got - want).abs().max().item(), want.abs().max().item()
-        TRUSTED[key] = error <= TRUST_TOLERANCE * max(1.0, scale)
-        if not TRUSTED[key]:
-            warnings.warn(
-                f"varlen_attn differs from the row loop by {error:.3g} (outputs up to {scale:.3g}) on "
-                f"{key}: segment attention uses the row loop there instead (exact, slower).",
-                stacklevel=2,
-            )
-    return TRUSTED[key]
+        TRUSTED[key] = (got - want).abs().max().item(), want.abs().max().item()
+    error, scale = TRUSTED[key]
+    if error > TRUST_TOLERANCE * max(1.0, scale):
+        raise KernelMismatch(
+            f"Segment attention kernel 'varlen' (torch.nn.attention.varlen.varlen_attn, torch {torch.__version__}) "
+            f"differs from the exact row loop by {error:.3g} (outputs up to {scale:.3g}) on {key}. Fix: a torch "
+            "build whose varlen_attn passes this check, or the model in float32 (`dtype: float32`), which segment "
+            "attention serves with the exact row loop."
+        )
 
 
 def float32_rows(q, packed: Packed, window: Window, heads: int, budget: int):
