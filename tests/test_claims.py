@@ -95,6 +95,21 @@ def test_window_collapse_and_adaptive_ratios():
     assert claims.ratio_adapts([full, flat])["verdict"] == DISAGREES
 
 
+def test_accuracy_is_judged_only_where_the_full_cache_scores():
+    """A task the full cache fails (0 on every row) would add differences of 0 and pass a loss for agreement.
+    Here KVzap-MLP loses 30 points on niah_single_1 only."""
+    full = cell("full", "none", [1] * 20 + [0] * 20, 0.0)  # niah_single_1 all right, vt all wrong
+    lossy = cell("kvzap_mlp", "-3", [1] * 14 + [0] * 26, 0.7, per_sample_ratio=[0.6] * 20 + [0.8] * 20)
+    assert claims.informative_tasks([full, lossy]) == ["niah_single_1"]
+    on_both = claims.difference(lossy, full)
+    judged = claims.judge([full, lossy], {})[0]
+    assert on_both["difference"] == pytest.approx(-15.0, abs=0.01) and on_both["n_samples"] == 40
+    assert judged["comparisons"][0]["difference"] == pytest.approx(-30.0, abs=0.01)
+    assert judged["comparisons"][0]["n_samples"] == 20 and judged["verdict"] == DISAGREES
+    ratios = claims.judge([full, lossy], {})[-1]  # the ratio claim reads every task
+    assert "tasks 0.60-0.80" in ratios["measured"]
+
+
 def test_fit_claim_reads_the_intervals():
     fit = lambda r2, low, high: {"r2_mean": r2, "r2_mean_ci": [low, high], "n_test_pairs": 10}  # noqa: E731
     assert claims.mlp_fits_better({"mlp": fit(0.7, 0.68, 0.72), "linear": fit(0.6, 0.58, 0.62)})["verdict"] == AGREES
@@ -144,8 +159,11 @@ def test_a_run_on_disk_becomes_a_record(tmp_path, monkeypatch):
     assert len(loaded) == written and all(len(c.samples) == 12 for c in loaded)
     mlp = next(c for c in loaded if c.method == "kvzap_mlp")
     assert mlp.samples["score"].tolist() == [1.0] * 12  # two seeds' rows, one sample each
-    record = claims.build(config, next(iter(config["models"])), wall_s=12.0)
-    assert record["wall_s"] == 12.0 and len(record["claims"]) == 9
+    (tmp_path / "run.yaml").write_text(json.dumps(config))  # JSON is YAML
+    claims.main(["--config", "run.yaml", "--stage-s", "oracle=10", "evaluation=2", "--out", "record.json"])
+    record = json.loads((tmp_path / "record.json").read_text())
+    assert record["wall_s"] == 12.0 and record["stage_s"] == {"oracle": 10.0, "evaluation": 2.0}
+    assert len(record["claims"]) == 9
     assert {r["task"] for r in record["cells"]} == {"average", *TASKS}
     held = record["claims"][0]
     assert held["verdict"] == AGREES and "kvzap_mlp" in held["measured"]

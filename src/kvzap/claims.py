@@ -5,7 +5,9 @@ Every comparison is paired: two methods of one benchmark entry run on the same s
 sample by sample, with a 95 % interval resampling samples within tasks (kvzap.intervals.paired_difference). Two cells
 are compared "at the same compression" when their measured ratios are within MATCH. A claim that A keeps B's accuracy
 agrees when the interval rules out a loss of DELTA points or more, disagrees when A is worse beyond the noise by a
-margin the interval cannot exclude from DELTA, and is not testable when the interval is too wide to tell.
+margin the interval cannot exclude from DELTA, and is not testable when the interval is too wide to tell. Accuracy
+claims are judged on the tasks where the full cache scores FLOOR points or more: where it scores 0, every method
+scores 0 and their differences of 0 would narrow the interval and pass for agreement.
 
     python -m kvzap.claims --config config/paper_small.yaml --wall-s 5100 --out paper_small.json
 """
@@ -14,7 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +33,7 @@ from kvzap.refusal import Refusal, entry_point
 
 DELTA = 5.0  # points: the smallest loss a verdict calls a loss (the paper's Table 2 gaps are all below 1 point)
 MATCH = 0.06  # two cells are at the same compression when their ratios differ by at most this
+FLOOR = 20.0  # points: below this on the full cache, a task cannot show what pruning loses
 AGREES, DISAGREES, UNTESTABLE = "agrees", "disagrees", "not testable"
 SURROGATES = {"kvzap_mlp": "KVzap-MLP", "kvzap_linear": "KVzap-Linear"}
 
@@ -142,6 +145,19 @@ def _main_bench(cells: list[Cell]) -> str | None:
     """The entry with the most full-cache samples: where the cheap methods ran on every row."""
     full = _of(cells, "full")
     return max(full, key=lambda c: len(c.samples)).bench if full else None
+
+
+def informative_tasks(cells: list[Cell]) -> list[str]:
+    """The tasks on which the full cache (of the main entry) scores FLOOR points or more."""
+    full = _of(cells, "full", _main_bench(cells))
+    if not full:
+        return sorted({task for c in cells for task in c.samples["task"]})
+    per_task = full[0].samples.groupby("task")["score"].mean() * 100
+    return sorted(per_task[per_task >= FLOOR].index)
+
+
+def on_tasks(cells: list[Cell], tasks: list[str]) -> list[Cell]:
+    return [replace(c, samples=c.samples[c.samples["task"].isin(tasks)]) for c in cells]
 
 
 def _text(diffs: list[dict]) -> str:
@@ -283,6 +299,8 @@ def not_testable_on_this_model(claim: str, paper: str, why: str) -> dict:
 
 
 def judge(cells: list[Cell], surrogates: dict) -> list[dict]:
+    """Every claim; those on accuracy on the informative tasks' samples, the ratio's on every task's."""
+    every_task, cells = cells, on_tasks(cells, informative_tasks(cells))
     return [
         holds_full_cache(cells),
         matches_reference(
@@ -317,7 +335,7 @@ def judge(cells: list[Cell], surrogates: dict) -> list[dict]:
         ),
         threshold_beats_topk(cells),
         window_needed(cells),
-        ratio_adapts(cells),
+        ratio_adapts(every_task),
     ]
 
 
@@ -331,7 +349,7 @@ def surrogate_fits(config: dict, model: str) -> dict:
     return out
 
 
-def build(config: dict, model: str, wall_s: float | None) -> dict:
+def build(config: dict, model: str, wall_s: float | None, stage_s: dict | None = None) -> dict:
     benches = config["evaluation"]["benchmarks"]
     context = {name: int(b["subsets"][0]) for name, b in benches.items() if b["benchmark"] == "ruler"}
     cells = [c for c in load_cells(config) if c.metrics["model"] == model]
@@ -340,10 +358,13 @@ def build(config: dict, model: str, wall_s: float | None) -> dict:
     surrogates = surrogate_fits(config, model)
     return {
         "wall_s": wall_s,
+        **({"stage_s": stage_s} if stage_s else {}),
         "cpu_flags": dtypes.matmul_flags(),
         "model": model,
         "delta_points": DELTA,
         "match_ratio": MATCH,
+        "floor_points": FLOOR,
+        "judged_tasks": informative_tasks(cells),
         "surrogates": surrogates,
         "cells": record_cells(cells, context),
         "claims": judge(cells, surrogates),
@@ -363,13 +384,28 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--config", type=Path, nargs="+", required=True, help="the run's config and its overlays")
     parser.add_argument("--model", help="the config's model name (default: its first)")
     parser.add_argument("--wall-s", type=float, default=None, help="the run's measured wall time, for the record")
+    parser.add_argument(
+        "--stage-s",
+        nargs="+",
+        default=[],
+        metavar="STAGE=SECONDS",
+        help="stages run apart; --wall-s defaults to their sum",
+    )
     parser.add_argument("--out", type=Path, required=True, help="JSON record")
     args = parser.parse_args(argv)
+    stage_s = {}
+    for item in args.stage_s:
+        name, _, seconds = item.partition("=")
+        try:
+            stage_s[name] = float(seconds)
+        except ValueError:
+            raise Refusal(f"--stage-s {item}: write STAGE=SECONDS, e.g. oracle=1360.") from None
+    wall_s = args.wall_s if args.wall_s is not None or not stage_s else sum(stage_s.values())
     config = overlays.planned(args.config)
     model = args.model or next(iter(config["models"]))
     if model not in config["models"]:
         raise Refusal(f"--model {model}: not a model of {args.config[0]}; use one of {list(config['models'])}.")
-    record = build(config, model, args.wall_s)
+    record = build(config, model, wall_s, stage_s)
     atomic_write_json(args.out, record)
     print(markdown(record))
 
