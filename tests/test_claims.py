@@ -67,7 +67,9 @@ def test_references_are_compared_at_matched_ratios_on_the_same_entry():
     result = claims.matches_reference([kvzip, near, far, other_entry], "c", "p", "KVzap", "kvzip", claims.SURROGATES)
     assert result["verdict"] == AGREES and [d["a"] for d in result["comparisons"]] == [near.label]
     none = claims.matches_reference([kvzip, far], "c", "p", "KVzap", "kvzip", claims.SURROGATES)
-    assert none["verdict"] == UNTESTABLE
+    assert none["verdict"] == UNTESTABLE and "no KVzap cell" in none["why"]
+    absent = claims.matches_reference([near, far], "c", "p", "KVzap", "kvzip", claims.SURROGATES)
+    assert absent["verdict"] == UNTESTABLE and absent["why"].startswith("kvzip was not run")
 
 
 def test_threshold_against_topk_reads_no_gap_as_a_disagreement():
