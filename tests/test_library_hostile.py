@@ -384,8 +384,11 @@ def _calibrate(root: Path, **changes) -> list[str]:
         "--out": root / "tau.json",
         **changes,
     }
-    return [
-        str(x) for item in args.items() for x in ([item[0]] + (item[1] if isinstance(item[1], list) else [item[1]]))
+    return [  # a None value drops the flag
+        str(x)
+        for item in args.items()
+        if item[1] is not None
+        for x in ([item[0]] + (item[1] if isinstance(item[1], list) else [item[1]]))
     ]
 
 
@@ -402,9 +405,27 @@ def test_calibration_cli_works(calib):
     assert all(abs(row["compression_ratio"] - row["target"]) < 0.05 for row in found)
 
 
+def test_calibration_on_ruler_prompts_of_another_seed(calib, monkeypatch):
+    """--ruler calibrates on the prompts the evaluation would build, from the generator's seed 7 (not the
+    evaluation's 42), cut to --max-tokens."""
+    seen, real = [], calibration_cli.collect_scores
+    monkeypatch.setattr(
+        calibration_cli, "collect_scores", lambda model, ids, *rest: real(model, seen.extend(ids) or ids, *rest)
+    )
+    ruler = {"--texts": None, "--ruler": "300", "--ruler-tasks": ["niah_single_1", "vt"]}
+    _cli(calibration_cli.main, *_calibrate(calib, **{"--targets": ["0.3"]}, **ruler))
+    tokenizer = tiny_tokenizer()
+    want = calibration_cli.ruler_texts(tokenizer, 300, ["niah_single_1", "vt"], 7)
+    assert [ids[0].tolist() for ids in seen] == [tokenizer(t).input_ids[:4096] for t in want]
+    assert want != calibration_cli.ruler_texts(tokenizer, 300, ["niah_single_1", "vt"], 42)
+    assert "special magic" in want[0] and "<|im_start|>" in want[0]
+    assert json.loads((calib / "tau.json").read_text())["thresholds"][0]["target"] == 0.3
+
+
 @pytest.mark.parametrize(
     "changes, message",
     [
+        ({"--texts": None, "--ruler": "20"}, "--ruler 20: a RULER-style prompt needs 64 tokens or more"),
         (dict(texts=b"[]"), "a non-empty JSON list of non-empty strings is needed"),
         (dict(texts=b'{"a": "b"}'), "a non-empty JSON list of non-empty strings is needed"),
         (dict(texts=b'["ok", 3]'), "a non-empty JSON list of non-empty strings is needed"),
