@@ -388,6 +388,45 @@ SERVING_RECORDS += ("prefill", "prefill_chunks", "prefill_chunks_mild")
 ACCURACY_RECORDS = ("vllm_accuracy", "vllm_accuracy_per_head", "vllm_accuracy_chunks")
 
 
+PAPER_SMALL = "cpu/paper_small.json"
+
+
+def paper_small_cell_rows() -> list[list[str]]:
+    """config/paper_small.yaml's cells, averaged over the tasks: entry, method, τ or ratio asked, ratio measured."""
+    from kvzap.evaluation.methods import METHODS  # here: rendering the other tables needs no kvzap
+
+    rows = []
+    for c in rec(PAPER_SMALL)["cells"]:
+        if c["task"] == "average":
+            value = "" if c["value"] is None else f"{c['value']:g}".replace("-", "−")
+            name = METHODS[c["method"]].label
+            score = score_ci(c["score"], c["ci_low"], c["ci_high"])
+            rows.append([c["benchmark"], name, value, num(c["ratio"], 2), score, str(c["n_samples"])])
+    return rows
+
+
+def paper_small_claim_rows() -> list[list[str]]:
+    claims = rec(PAPER_SMALL)["claims"]
+    return [[c["claim"], c["paper"], c["measured"], f"**{c['verdict']}**", c["why"]] for c in claims]
+
+
+RECIPES = "cpu/recipe_comparison.json"
+
+
+def recipe_rows() -> list[list[str]]:
+    """Each recipe's surrogates on each recipe's held-out text and on the evaluation's 4k contexts."""
+    names = {"smollm2-135m": "paper", "smollm2-135m-demo-recipe": "demo"}
+    rows = []
+    for r in rec(RECIPES)["r2"]:
+        on = r["on"]
+        for model, name in names.items():
+            on = on.replace(f"{model} held-out", f"{name} recipe's held-out prompts")
+        rows.append(
+            [names[r["recipe"]], r["surrogate"], on, f"{num(r['r2'], 3)} [{num(r['ci'][0], 3)}, {num(r['ci'][1], 3)}]"]
+        )
+    return rows
+
+
 # --- the tables ----------------------------------------------------------------------------------------------------
 
 
@@ -442,6 +481,21 @@ TABLES = {
         ("rows", "score dtype", "oracle data", "MLP training", "KVzap-MLP, mean of 3 seeds", "KVzap-Linear")
         + ("MLP − Linear",),
         science_rows,
+    ),
+    "paper-small-claims": Table(
+        RESULTS,
+        "### Each claim's verdict",
+        ("claim", "paper", "measured: difference in points [95 %] (paired rows)", "verdict", "why"),
+        paper_small_claim_rows,
+    ),
+    "paper-small-cells": Table(
+        RESULTS,
+        "### Every cell, averaged over the 8 tasks",
+        ("entry", "method", "τ or ratio asked", "ratio", "score [95 %]", "rows"),
+        paper_small_cell_rows,
+    ),
+    "recipes": Table(
+        RESULTS, "### The demo's recipe against the paper's", ("recipe", "surrogate", "R² on", "R² [95 %]"), recipe_rows
     ),
     "oracle": Table(
         BENCHMARKS,

@@ -55,6 +55,9 @@ def test_holding_the_full_cache_agrees_disagrees_or_cannot_tell():
     assert claims.holds_full_cache([full, worse])["verdict"] == DISAGREES
     few = [cell("full", "none", [1, 1, 1, 1], 0.0), cell("kvzap_mlp", "-3", [1, 0, 1, 0], 0.7)]
     assert claims.holds_full_cache(few)["verdict"] == UNTESTABLE
+    unsure, lossy = cell("kvzap_mlp", "-3", [1] * 37 + [0] * 3, 0.6), cell("kvzap_linear", "-3", [1, 0] * 20, 0.7)
+    mixed = claims.holds_full_cache([full, unsure, lossy])
+    assert mixed["verdict"] == UNTESTABLE and mixed["why"].endswith("losses beyond the noise: kvzap_linear -3")
     low_ratio = cell("kvzap_mlp", "-5", [1] * 40, 0.3)
     assert claims.holds_full_cache([full, low_ratio])["verdict"] == UNTESTABLE
 

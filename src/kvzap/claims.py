@@ -195,7 +195,11 @@ def holds_full_cache(cells: list[Cell]) -> dict:
     if at_2_4x and all(keeps(d) == DISAGREES for d in at_2_4x):
         why = "every KVzap cell at ratio 0.5-0.75 loses accuracy beyond the noise"
         return _claim(claim, paper, DISAGREES, why, diffs)
-    return _claim(claim, paper, UNTESTABLE, f"intervals too wide to rule out a {DELTA:g}-point loss", diffs)
+    lost = [d["a"].split(" (")[0] for d in at_2_4x if keeps(d) == DISAGREES]
+    why = f"no interval rules out a {DELTA:g}-point loss" + (
+        f"; losses beyond the noise: {', '.join(lost)}" * bool(lost)
+    )
+    return _claim(claim, paper, UNTESTABLE, why, diffs)
 
 
 def matches_reference(cells: list[Cell], claim: str, paper: str, method: str, reference: str, which: dict) -> dict:
