@@ -178,7 +178,8 @@ class JudgedLayer(CacheLayerMixin):
         group = q_heads // heads
         if attention_mask is not None:
             self._check_past(attention_mask, length)
-        new_mask = _new_token_mask(attention_mask, self.seen, length, query.device)
+        holds_real = all(pad < self.seen - length for pad in self.pads)  # so a single new token is no padding
+        new_mask = _new_token_mask(attention_mask, self.seen, length, query.device, holds_real)
         window_pads = self.window_pads()
         padded = any(window_pads)
         if padded:  # padding still in the window: a mask over the whole window, served by the row loop
@@ -200,7 +201,10 @@ class JudgedLayer(CacheLayerMixin):
         layer hides its padding itself, so a row's mask may also hide nothing (one built without the padding)."""
         hidden = hidden_counts(attention_mask[..., : self.seen - length])
         padding = self.pad_counts.clamp(max=self.seen - length).to(hidden.device)
-        if not bool(((hidden == padding) | (hidden == 0)).all()):
+        fits = ((hidden == padding) | (hidden == 0)).all()
+        if torch.compiler.is_compiling():  # checked on the device: a host read would break the compiled graph
+            torch._assert_async(fits, f"{MASK_ERROR} (the padding is {self.pads})")
+        elif not bool(fits):
             raise NotImplementedError(
                 f"{MASK_ERROR} (it hides {hidden.tolist()} earlier tokens per row, the padding is {self.pads})"
             )
@@ -301,10 +305,12 @@ def left_layout(x: torch.Tensor, pads: list[int], dim: int) -> torch.Tensor:
     return x.gather(dim, index.view(shape).expand_as(x))
 
 
-def _new_token_mask(attention_mask, seen: int, length: int, device) -> torch.Tensor | None:
-    """(B|1, 1, T, T) bool: which new tokens each query may see (None: all); older tokens are visible to all."""
-    if attention_mask is None and length == 1:
-        return None  # one unpadded new token: it sees itself
+def _new_token_mask(attention_mask, seen: int, length: int, device, holds_real: bool) -> torch.Tensor | None:
+    """(B|1, 1, T, T) bool: which new tokens each query may see (None: all); older tokens are visible to all.
+    holds_real: every row already holds a token that is not padding, so a single new token is not padding (a row
+    gains padding only while it holds nothing else) and its mask need not be read."""
+    if length == 1 and (attention_mask is None or holds_real):
+        return None  # one new token that is not padding: it sees itself
     if attention_mask is None:
         return torch.ones(length, length, dtype=torch.bool, device=device).tril()[None, None]
     block = visible(attention_mask[..., seen - length :])  # sdpa-style mask over the unpruned positions
@@ -330,13 +336,19 @@ class PrunedLayer(JudgedLayer):
     most `score_budget()` scores, so time and transient memory follow the kept entries.
     """
 
-    def __init__(self, keys: torch.Tensor, values: torch.Tensor, pads: list[int] | None = None):
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor, pads: list[int] | None = None, grows: bool = False):
+        """grows: rows will gain tokens after their first verdict (pruning while decoding), so that verdict
+        leaves them spare slots; else it fits exactly."""
         super().__init__(keys, values, pads)  # the dense part is the window; _settle compacts it
         batch, heads, _, dim = keys.shape
         n_rows, self.removed_shape = batch * heads, (batch, heads)
         self.packed_keys, self.packed_values = keys.new_empty(0, dim), values.new_empty(0, dim)  # (slots, D)
         none = torch.zeros(n_rows, dtype=torch.long, device=keys.device)
         self.rows = Rows(none, none, none)  # each row's segment of packed_keys/values
+        # Single-token settles every row has spare slots for, known without reading the lengths (each adds at
+        # most one token per row): a decoding step reads nothing off the device until they run out.
+        self.room = 0
+        self.grows = grows
 
     @classmethod
     def from_rows(
@@ -355,20 +367,23 @@ class PrunedLayer(JudgedLayer):
         return layer
 
     def _settle(self, n, keep):
-        if n == 1 and all(used < room for used, room in zip(self.rows.lengths, self.rows.capacities)):
+        if n == 1 and self.room > 0:
             self._settle_one(keep.reshape(-1))
             return
         batch, heads = keep.shape[:2]
         needed = self.rows.length + keep.sum(-1).flatten()  # (B * H,)
-        if any(n > c for n, c in zip(needed.tolist(), self.rows.capacities)):
-            # Re-pack: the prefill's verdict fits exactly, later growth gets spare slots.
-            self._repack(needed + (_spare(needed) if self.packed_keys.shape[0] else 0))
+        lengths = needed.tolist()  # the host read that sizes a re-pack and the room after it
+        if any(n > c for n, c in zip(lengths, self.rows.capacities)):
+            # Re-pack: a prefill-only verdict fits exactly, rows that grow later get spare slots.
+            grows = self.grows or self.packed_keys.shape[0] > 0
+            self._repack(needed + (_spare(needed) if grows else 0))
         # The i-th kept token of row r goes to slot start[r] + length[r] + i.
         first_free = (self.rows.start + self.rows.length).view(batch, heads, 1)
         slots = (first_free + keep.cumsum(-1) - 1)[keep]
         self.packed_keys[slots] = self.dense_keys[:, :, :n][keep]
         self.packed_values[slots] = self.dense_values[:, :, :n][keep]
         self.rows = self.rows.with_length(needed)
+        self.room = min([c - used for c, used in zip(self.rows.capacities, lengths)] or [0])
         self._keys.drop_front(n)
         self._values.drop_front(n)
 
@@ -376,6 +391,7 @@ class PrunedLayer(JudgedLayer):
         """A decoding step's single leaving token per row, in a few whole-tensor ops (no boolean indexing):
         every row writes it into its first free slot, and only the kept ones count it (length); a dropped
         one stays behind in the spare slot, which the row's next leaving token overwrites."""
+        self.room -= 1
         rows = keep.shape[0]
         slots = self.rows.start + self.rows.length
         self.packed_keys.index_copy_(0, slots, self.dense_keys[:, :, 0].reshape(rows, -1))
@@ -386,10 +402,11 @@ class PrunedLayer(JudgedLayer):
 
     def _repack(self, capacity: torch.Tensor) -> None:
         """Give row r `capacity[r]` slots; its used slots move to the head of its new segment, in order (one
-        slice copy per row: a row's used slots are contiguous, so no per-slot index is needed)."""
+        slice copy per row: a row's used slots are contiguous, so no per-slot index is needed). Spare slots start
+        as zeros: the decoding kernel reads them (with weight 0, which must not meet a NaN)."""
         rows = Rows.segments(capacity, self.rows.length)
-        keys = self.packed_keys.new_empty(int(capacity.sum()), self.packed_keys.shape[1])
-        values = torch.empty_like(keys)
+        keys = self.packed_keys.new_zeros(int(capacity.sum()), self.packed_keys.shape[1])
+        values = torch.zeros_like(keys)
         for new, old, n in zip(rows.starts, self.rows.starts, self.rows.lengths):
             keys[new : new + n], values[new : new + n] = (
                 self.packed_keys[old : old + n],

@@ -8,14 +8,16 @@ the kept cache. Four implementations, each exact against the masking reference:
   log-sum-exps: a fixed number of kernels per layer, whatever the number of rows. Its first use on a device
   is checked against the row loop (`kernel_trusted`); a mismatch stops the job (`KernelMismatch`).
 - `_decode` (CPU, queries that see everything: a decoding step's one new token): the windows' scores and
-  values in one batched matmul each, one softmax over a padded (Q, R, longest + W) score buffer, and per row
-  only the two matmuls over its used slots, written in place through views made in bulk, on one thread: two
-  ops per row instead of the row loop's dozen, whose overhead dominates a decoding step of small rows.
+  values in one batched matmul each, one softmax over a padded (Q, R, widest + W) score buffer, and per row
+  only the two matmuls over its segment, written in place through views made in bulk, on one thread: two
+  ops per row instead of the row loop's dozen, whose overhead dominates a decoding step of small rows. It
+  reads no length on the host, so a decoding step needs no device sync for it (and compiles without a break).
 - `_flash_rows` (CPU, causal multi-token forwards): row by row with the CPU flash kernel.
 - `_rows` (everything else): row by row, a chunk of queries at a time so that no score matrix exceeds the
   budget. Rows never share a matmul: a block of n rows scoring every row's queries against all their
   slots (other rows' masked) wastes (n - 1) / n of its work, and needs a per-slot owner to mask with.
-Each call counts the kernel that served it (`SERVED`, `kernels_served`): a run's provenance names its kernels.
+Each eager call counts the kernel that served it (`SERVED`, `kernels_served`): a run's provenance names its
+kernels (calls inside a torch.compile'd step are not counted).
 """
 
 from __future__ import annotations
@@ -57,20 +59,26 @@ def kernels_served() -> Iterator[Counter]:
 @dataclass(frozen=True)
 class Rows:
     """Where each row's segment of a packed buffer lies: row r owns `capacity[r]` slots from `start[r]` on and uses
-    the first `length[r]`. The (R,) device tensors (which the varlen kernel reads) and their host lists (which the
-    Python loops slice by, without a device read per row) are made together here and nowhere else, and never
-    change: a host copy out of step with its tensor would give silently wrong attention."""
+    the first `length[r]`. Starts and capacities change only when the buffer is re-packed, so their host lists
+    (which the Python loops slice by) are made here, with their (R,) device tensors, and never change. The lengths
+    change every decoding step and stay on the device: a kernel that needs them on the host reads them
+    (`lengths`), the decoding kernel does not (a host read per layer and step is a device sync on a GPU and a
+    graph break under torch.compile)."""
 
     start: torch.Tensor
     capacity: torch.Tensor
     length: torch.Tensor
     starts: list[int] = field(init=False, repr=False)
     capacities: list[int] = field(init=False, repr=False)
-    lengths: list[int] = field(init=False, repr=False)
 
     def __post_init__(self):
-        for host, device in (("starts", self.start), ("capacities", self.capacity), ("lengths", self.length)):
-            object.__setattr__(self, host, device.tolist())
+        object.__setattr__(self, "starts", self.start.tolist())
+        object.__setattr__(self, "capacities", self.capacity.tolist())
+
+    @property
+    def lengths(self) -> list[int]:
+        """The used slots per row, read off the device."""
+        return self.length.tolist()
 
     @classmethod
     def segments(cls, capacity: torch.Tensor, length: torch.Tensor) -> Rows:
@@ -78,10 +86,9 @@ class Rows:
         return cls(capacity.cumsum(0) - capacity, capacity, length)
 
     def with_length(self, length: torch.Tensor) -> Rows:
-        """The same segments, now using `length[r]` slots each (one device read: a decoding step's)."""
+        """The same segments, now using `length[r]` slots each (no device read)."""
         rows = copy(self)
         object.__setattr__(rows, "length", length)
-        object.__setattr__(rows, "lengths", length.tolist())
         return rows
 
 
@@ -116,7 +123,8 @@ def segment_attention(
         kernel = applicable_kernels(q, window.mask)[0]
         if kernel == "varlen":
             kernel_trusted(q, packed, window, heads, budget)
-    SERVED[kernel if kernel in KERNELS else "rows"] += 1  # any other name falls through to the row loop
+    if not torch.compiler.is_compiling():  # a count read by a traced step would recompile it at every call
+        SERVED[kernel if kernel in KERNELS else "rows"] += 1  # any other name falls through to the row loop
     if kernel == "varlen":
         return _varlen(q, packed, window)
     if kernel == "decode":
@@ -186,8 +194,9 @@ def _rows(q, packed: Packed, window: Window, heads, budget):
     rows, queries, _ = q.shape
     width, new_mask = window.keys.shape[1], window.mask
     out = torch.empty_like(q)
+    lengths = packed.rows.lengths
     for r in range(rows):
-        n = packed.rows.lengths[r]
+        n = lengths[r]
         used = slice(packed.rows.starts[r], packed.rows.starts[r] + n)
         keys, values = packed.keys[used], packed.values[used]
         visible = None if new_mask is None else new_mask[r // heads if new_mask.shape[0] > 1 else 0, 0]  # (Q, T)
@@ -205,26 +214,30 @@ def _rows(q, packed: Packed, window: Window, heads, budget):
     return out
 
 
-def _used_views(tensor: torch.Tensor, starts: list[int], lengths: list[int], dim: int = 0) -> list[torch.Tensor]:
-    """Each row's used part of a packed tensor (slots along `dim`; row r's from starts[r], lengths[r] of them), as
-    views made by one split instead of a slice per row: the parts alternate unused (before the first row, spare
-    slots, a padded row's tail) and used, and only the used ones are kept."""
+def _used_views(tensor: torch.Tensor, starts: list[int], sizes: list[int], dim: int = 0) -> list[torch.Tensor]:
+    """Each row's part of a packed tensor (slots along `dim`; row r's from starts[r], sizes[r] of them), as views
+    made by one split instead of a slice per row: the parts alternate unused (before the first row, what lies
+    between rows) and used, and only the used ones are kept."""
     ends = starts[1:] + [tensor.shape[dim]]
-    sizes = [starts[0] if starts else tensor.shape[dim]]
-    for start, n, end in zip(starts, lengths, ends):
-        sizes += [n, end - start - n]
-    return list(tensor.split(sizes, dim))[1::2]
+    parts = [starts[0] if starts else tensor.shape[dim]]
+    for start, n, end in zip(starts, sizes, ends):
+        parts += [n, end - start - n]
+    return list(tensor.split(parts, dim))[1::2]
 
 
 def _decode(q, packed: Packed, window: Window):
     """All-visible queries (no mask): a decoding step's one new token per row, or any queries that see every
     key of their row.
 
-    Scores live in a (Q, R, longest + W) buffer: row r's used slots fill its first lengths[r] key positions,
-    the rest of its kept part stays -inf (weight 0), its window fills the last W. Queries come first so that
-    one split of the buffer seen as (Q, R * (longest + W)) yields every row's (Q, n) block at once, which mm
-    writes in place, and the softmax runs over the contiguous last dim. The windows' scores and values take
-    one batched matmul each; only the used slots take a matmul per row, two in all.
+    Scores live in a (Q, R, widest + W) buffer: row r's segment (all its `capacity[r]` slots) fills its first
+    key positions, its window the last W, and every position past the row's used slots is set to -inf (weight
+    0) by one mask made on the device from the lengths. Queries come first so that one split of the buffer seen
+    as (Q, R * (widest + W)) yields every row's (Q, capacity) block at once, which mm writes in place, and the
+    softmax runs over the contiguous last dim. The windows' scores and values take one batched matmul each; each
+    row's segment a matmul each, two in all. Sizing by capacity, which changes only at a re-pack, instead of
+    by the used length, which changes every step, costs the spare slots' few percent of work and keeps the step
+    free of host reads (no device sync per layer on a GPU, no graph break under torch.compile); the spare
+    slots hold finite values (zeros, or a dropped token), which weight 0 cancels.
 
     bf16 and fp16 run in float32: on a CPU one row's small matmul costs several times more in bf16 (the library's
     per-call set-up) than casting its few hundred slots (without the cast, the demo's bf16 prefill-group job took
@@ -242,7 +255,10 @@ def _one_thread():
     """Run on one intra-op thread: every op of `_decode` is small (one row's matmul reads a few hundred
     slots), and a multi-threaded BLAS call waits for its second thread at each of them; on a loaded
     machine that wait is a scheduler time slice per op (measured: 90 row matmuls 1.4 s on 2 threads with
-    another process running, 5 ms on one)."""
+    another process running, 5 ms on one). Compiled code runs its own kernels: left as it is."""
+    if torch.compiler.is_compiling():
+        yield
+        return
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -253,23 +269,28 @@ def _one_thread():
 
 def _decode_rows(q, packed: Packed, window: Window):
     rows, queries, _ = q.shape
-    longest = max(packed.rows.lengths, default=0)
-    width = longest + window.keys.shape[1]
+    starts, capacities = packed.rows.starts, packed.rows.capacities
+    widest = max([0, *capacities])
+    width = widest + window.keys.shape[1]
     layout = list(range(0, rows * width, width))  # where row r's part of a buffer row starts
     scores = q.new_empty(queries, rows, width)
-    scores[..., :longest].fill_(-math.inf)
-    scores[..., longest:] = torch.bmm(q, window.keys.transpose(1, 2)).transpose(0, 1)
-    used = [r for r, n in enumerate(packed.rows.lengths) if n]
-    lengths = packed.rows.lengths
-    kept_scores = _used_views(scores.view(queries, -1), layout, lengths, 1)  # (Q, n) each
-    keys_t = _used_views(packed.keys.T, packed.rows.starts, lengths, 1)  # (D, n) each
+    scores[..., widest:] = torch.bmm(q, window.keys.transpose(1, 2)).transpose(0, 1)
+    used = [r for r, n in enumerate(capacities) if n]
+    kept_scores = _used_views(scores.view(queries, -1), layout, capacities, 1)  # (Q, capacity) each
+    keys_t = _used_views(packed.keys.T, starts, capacities, 1)  # (D, capacity) each
     q_rows = q.unbind(0)  # views made in one call, as the splits' (a slice per row costs as much as its matmul)
+    compiling = torch.compiler.is_compiling()  # a traced graph takes no out= views: it fuses the copy instead
     for r in used:
-        torch.mm(q_rows[r], keys_t[r], out=kept_scores[r])
+        if compiling:
+            kept_scores[r].copy_(q_rows[r] @ keys_t[r])
+        else:
+            torch.mm(q_rows[r], keys_t[r], out=kept_scores[r])
+    unused = torch.arange(widest, device=q.device) >= packed.rows.length[:, None]  # (R, widest): spare, or no slot
+    scores[..., :widest].masked_fill_(unused, -math.inf)
     p = torch.softmax(scores.float(), -1).to(q.dtype)  # every row sees its window: the new token at least
-    out = torch.bmm(p[..., longest:].transpose(0, 1), window.values)  # (R, Q, D)
-    weights = _used_views(p.view(queries, -1), layout, lengths, 1)
-    values = _used_views(packed.values, packed.rows.starts, lengths)
+    out = torch.bmm(p[..., widest:].transpose(0, 1), window.values)  # (R, Q, D)
+    weights = _used_views(p.view(queries, -1), layout, capacities, 1)
+    values = _used_views(packed.values, starts, capacities)
     outs = out.unbind(0)
     for r in used:
         outs[r].addmm_(weights[r], values[r])
@@ -354,8 +375,9 @@ def _flash_rows(q, packed: Packed, window: Window):
     new = window.mask.shape[-1]
     group, old = queries // new, window.keys.shape[1] - new
     out = torch.empty_like(q)
+    lengths = packed.rows.lengths
     for r in range(rows):
-        kept = slice(packed.rows.starts[r], packed.rows.starts[r] + packed.rows.lengths[r])
+        kept = slice(packed.rows.starts[r], packed.rows.starts[r] + lengths[r])
         own, own_lse = _flash(
             q[r].view(1, group, new, dim),
             window.keys[r, old:].expand(1, group, new, dim),
@@ -363,7 +385,7 @@ def _flash_rows(q, packed: Packed, window: Window):
             causal=True,
         )
         own, own_lse = own.reshape(queries, dim), own_lse.reshape(queries)
-        if packed.rows.lengths[r] + old == 0:
+        if lengths[r] + old == 0:
             out[r] = own
             continue
         keys = torch.cat([packed.keys[kept], window.keys[r, :old]])[None, None]

@@ -176,7 +176,11 @@ class WindowedPress(BasePress):
             keys, values = dense.keys, dense.values
             if right:  # the layers keep padding in front: move it there, and the inputs the scorer reads with it
                 keys, values, hidden_states = (left_layout(x, pads, -2) for x in (keys, values, hidden_states))
-            cache.layers[idx] = (PrunedLayer if self.evict else MaskedLayer)(keys, values, pads or None)
+            cache.layers[idx] = (
+                PrunedLayer(keys, values, pads or None, grows=self.decoding)
+                if self.evict
+                else MaskedLayer(keys, values, pads or None)
+            )
             self._pruned = True
         elif not ((self.decoding or self._judging_chunks) and isinstance(cache.layers[idx], JudgedLayer)):
             return output

@@ -1,0 +1,77 @@
+"""A decoding step over a KVzap-pruned cache under torch.compile: one whole graph (no host read in judging,
+compaction or attention while the rows have spare slots), and the eager step's tokens and logits."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import DynamicCache
+
+from kvzap.pruning import KVzapPress, PrunedLayer
+from kvzap.pruning.cache import MIN_ROW_SLACK
+from kvzap.pruning.segments import kernels_served
+from tiny_pruning import WINDOW, pruning_model, random_tokens, scorer
+
+PROMPT = 64
+
+
+def _prompt(batch: str):
+    """One row, or two with the second's first 10 tokens padding (left padding, as generate pads)."""
+    if batch == "one":
+        return random_tokens(PROMPT), None
+    ids = torch.cat([random_tokens(PROMPT), random_tokens(PROMPT, seed=3)])
+    mask = torch.ones_like(ids)
+    mask[1, :10] = 0
+    return ids, mask
+
+
+def _greedy(model, surrogate, ids, mask, steps: int, compile_step=None):
+    """Prefill eagerly, then `steps` greedy decoding steps through `compile_step(step)` (or eagerly)."""
+    press = KVzapPress(scorer(surrogate), threshold=0.0, window=WINDOW, decoding=True)
+    cache, tokens, logits = DynamicCache(), [], []
+    with torch.no_grad(), press(model), kernels_served() as kernels:
+        out = model(ids, attention_mask=mask, past_key_values=cache)
+
+        def step(token, mask):
+            return model(token, attention_mask=mask, past_key_values=cache).logits[:, -1]
+
+        run = compile_step(step) if compile_step else step
+        token = out.logits[:, -1:].argmax(-1)
+        for _ in range(steps):
+            mask = None if mask is None else torch.cat([mask, torch.ones_like(token)], -1)
+            logits.append(run(token, mask))
+            token = logits[-1].argmax(-1, keepdim=True)
+            tokens.append(token)
+    assert all(isinstance(layer, PrunedLayer) for layer in cache.layers)
+    return torch.cat(tokens, -1), torch.stack(logits), press.compression_ratio, kernels
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen3"])
+@pytest.mark.parametrize("batch", ["one", "padded"])
+def test_decoding_step_compiles_whole_and_decodes_as_eager(family, batch, surrogate):
+    torch._dynamo.reset()
+    model = pruning_model(family)
+    ids, mask = _prompt(batch)
+    steps = MIN_ROW_SLACK  # the prefill's verdict leaves every row at least this many spare slots
+    # fullgraph=True raises at the first graph break; aot_eager also checks the in-place cache writes as traced
+    whole = lambda step: torch.compile(step, fullgraph=True, backend="aot_eager")
+    compiled, compiled_logits, compiled_ratio, kernels = _greedy(model, surrogate, ids, mask, steps, whole)
+    eager, eager_logits, eager_ratio, eager_kernels = _greedy(model, surrogate, ids, mask, steps)
+    assert torch.equal(compiled, eager)
+    assert (compiled_logits - eager_logits).abs().max() <= 1e-4
+    assert compiled_ratio == eager_ratio > 0.2
+    assert eager_kernels["decode"] == steps * model.config.num_hidden_layers  # the kernel the traced step runs
+    assert kernels["decode"] == 0  # traced: not counted (a count would be a guard that recompiles every step)
+
+
+def test_generation_through_growth_steps_equals_eager(surrogate):
+    """Past the spare slots a row's segment may have to grow: that step reads the lengths (a graph break, once
+    per MIN_ROW_SLACK steps or more), and the tokens stay the eager ones."""
+    torch._dynamo.reset()
+    model = pruning_model("llama")
+    ids, mask = _prompt("one")
+    steps = 2 * MIN_ROW_SLACK + 1  # past the first step that reads the lengths
+    split = lambda step: torch.compile(step, backend="eager")
+    compiled, _, compiled_ratio, _ = _greedy(model, surrogate, ids, mask, steps, split)
+    eager, _, eager_ratio, _ = _greedy(model, surrogate, ids, mask, steps)
+    assert torch.equal(compiled, eager) and compiled_ratio == eager_ratio
