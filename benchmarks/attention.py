@@ -7,7 +7,9 @@ is the median of `--repeats`; every ratio compares runs of the same process.
 
 Query records (`--contexts`): the cache is filled with random keys/values and all but the last `--window`
 pruned by a per-head threshold on random scores (rows keep different counts, as with KVzap); a forward of
-`--queries` new tokens over it is compared with the same forward over the unpruned dense cache (sdpa).
+`--queries` new tokens over it is compared with the same forward over the unpruned dense cache (sdpa), and
+its logits with those of the masking reference (kvzap's MaskedLayer, the same entries dropped). `--compile`
+also times both forwards through torch.compile (inductor), each compiled and warmed up before it is timed.
 
 Prefill records (`--prefill-contexts`): a prompt (random ids; the demo model reads offline text) is prefilled
 under KVzapPress with a seeded random linear surrogate, τ calibrated to each `--ratios` on separate ids,
@@ -36,12 +38,12 @@ from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
 from eviction import DEFAULT_MODEL, offline_text
 from kvzap.atomic import atomic_write_json
 from kvzap.prepare.models import ensure_prepared, load
-from kvzap.pruning import KVzapPress, PrunedLayer, SurrogateScorerPress
+from kvzap.pruning import KVzapPress, MaskedLayer, PrunedLayer, SurrogateScorerPress
 from kvzap.pruning.attention import use_kvzap_attention
 from kvzap.pruning.calibration import collect_scores, threshold_for
 from kvzap.pruning.segments import applicable_kernels
 from kvzap.surrogate.model import Surrogate
-from records import nonnegative_int, output_file, positive_int, print_table, unit_fraction
+from records import cpu_flags, nonnegative_int, output_file, positive_int, print_table, unit_fraction
 
 # Llama-3.1-8B / Qwen3-8B attention shapes; the MLP is kept small (it is the same in both runs).
 GEOMETRY = dict(
@@ -80,20 +82,27 @@ def filled_cache(model, context: int, gen: torch.Generator) -> DynamicCache:
     return cache
 
 
-def pruned_copy(cache: DynamicCache, ratio: float, window: int, gen: torch.Generator) -> tuple[DynamicCache, float]:
-    """Each layer as a PrunedLayer keeping the entries whose random score (with a per-head offset, so rows
-    differ) reaches the `ratio` quantile; returns the cache and the fraction removed."""
-    pruned, removed = DynamicCache(), []
+def random_keeps(cache: DynamicCache, ratio: float, window: int, gen: torch.Generator) -> list[torch.Tensor]:
+    """Per layer, (1, H, context - window) bool: the entries whose random score (with a per-head offset, so rows
+    differ) reaches the `ratio` quantile."""
+    keeps = []
     for layer in cache.layers:
-        keys, values = layer.keys.clone(), layer.values.clone()
-        _, heads, context, _ = keys.shape
+        _, heads, context, _ = layer.keys.shape
         scores = torch.randn(1, heads, context - window, generator=gen) + torch.linspace(-1, 1, heads)[None, :, None]
-        keep = scores >= scores.flatten().quantile(ratio)
-        new = PrunedLayer(keys, values)
-        new.judge(context - window, keep.to(keys.device))
-        pruned.layers.append(new)
+        keeps.append((scores >= scores.flatten().quantile(ratio)).to(layer.keys.device))
+    return keeps
+
+
+def judged_copy(cache: DynamicCache, keeps: list[torch.Tensor], kind=PrunedLayer) -> tuple[DynamicCache, float]:
+    """Each layer as a `kind` layer (PrunedLayer or MaskedLayer) that judged all but its window by `keeps`;
+    returns the cache and the fraction removed."""
+    judged, removed = DynamicCache(), []
+    for layer, keep in zip(cache.layers, keeps):
+        new = kind(layer.keys.clone(), layer.values.clone())
+        new.judge(keep.shape[-1], keep)
+        judged.layers.append(new)
         removed.append(new.compression().mean().item())
-    return pruned, statistics.mean(removed)
+    return judged, statistics.mean(removed)
 
 
 def segment_kernel(model, queries: int) -> str:
@@ -103,9 +112,10 @@ def segment_kernel(model, queries: int) -> str:
     return applicable_kernels(probe, None if queries == 1 else causal)[0]
 
 
-def forward(model, cache: DynamicCache, ids: torch.Tensor, context: int) -> None:
-    model(ids, past_key_values=cache, logits_to_keep=1)
+def forward(model, cache: DynamicCache, ids: torch.Tensor, context: int) -> torch.Tensor:
+    logits = model(ids, past_key_values=cache, logits_to_keep=1).logits
     cache.crop(context)  # back to the context for the next repeat
+    return logits
 
 
 def peak_bytes(fn) -> int:
@@ -145,17 +155,30 @@ def median_ms(fns: dict, repeats: int) -> dict:
     return {name: statistics.median(t) for name, t in times.items()}
 
 
+def compiled_ms(model, caches: dict, ids: torch.Tensor, context: int, repeats: int) -> dict:
+    """Median ms of each cache's forward through torch.compile, after the compile and a warm-up call each."""
+    step = torch.compile(forward)
+    calls = {name: functools.partial(step, model, cache, ids, context) for name, cache in caches.items()}
+    for call in calls.values():
+        call(), call()  # compile, then the recompile a changed size may ask for
+    return median_ms(calls, repeats)
+
+
 @torch.no_grad()
-def measure(model, context: int, queries: int, ratio: float, window: int, repeats: int) -> dict:
+def measure(model, context: int, queries: int, ratio: float, window: int, repeats: int, compile_too: bool) -> dict:
     gen = torch.Generator().manual_seed(context)
     full = filled_cache(model, context, gen)
-    pruned, removed = pruned_copy(full, ratio, window, gen)
+    keeps = random_keeps(full, ratio, window, gen)
+    pruned, removed = judged_copy(full, keeps)
     ids = torch.randint(0, model.config.vocab_size, (1, queries), generator=gen).to(model.device)
     caches = {"full": full, "pruned": pruned}
+    masked = forward(model, judged_copy(full, keeps, MaskedLayer)[0], ids, context)
+    logits_gap = (forward(model, pruned, ids, context) - masked).abs().max().item()
     peak = {name: peak_bytes(lambda: forward(model, cache, ids, context)) / 2**20 for name, cache in caches.items()}
     ms = median_ms(
         {name: functools.partial(forward, model, cache, ids, context) for name, cache in caches.items()}, repeats
     )
+    compiled = compiled_ms(model, caches, ids, context, repeats) if compile_too else None
     return {
         "context_tokens": context,
         "query_tokens": queries,
@@ -165,11 +188,15 @@ def measure(model, context: int, queries: int, ratio: float, window: int, repeat
         "ms_vs_full": ms["pruned"] / ms["full"],
         "peak_mb": peak,
         "ms": ms,
+        "compiled_ms_vs_full": compiled and compiled["pruned"] / compiled["full"],
+        "compiled_ms": compiled,
+        "logits_max_diff_vs_masking": logits_gap,
         "window": window,
         "layers": model.config.num_hidden_layers,
         "segment_kernel": segment_kernel(model, queries),
         "dtype": str(model.dtype).removeprefix("torch."),
         "device": str(model.device),
+        "cpu_flags": cpu_flags(),
     }
 
 
@@ -258,6 +285,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=positive_int, default=3)
     parser.add_argument("--dtype", choices=sorted(DTYPES), default=None, help="default: bfloat16 on GPU, else float32")
     parser.add_argument("--threads", type=positive_int, default=1)
+    parser.add_argument("--compile", action="store_true", help="also time the query forwards under torch.compile")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -276,11 +304,12 @@ def main() -> None:
     records = []
     for context in args.contexts:
         for ratio in args.ratios:
-            records.append(measure(model, context, args.queries, ratio, args.window, args.repeats))
+            records.append(measure(model, context, args.queries, ratio, args.window, args.repeats, args.compile))
             r = records[-1]
             cells = ", ".join(f"{k} {r['peak_mb'][k]:.1f} / {r['ms'][k]:.1f}" for k in ("full", "pruned"))
             print(
-                f"[{context} + {args.queries} tokens, removed {r['compression_ratio']:.3f}] peak MiB / ms: {cells}",
+                f"[{context} + {args.queries} tokens, removed {r['compression_ratio']:.3f}] peak MiB / ms: {cells}; "
+                f"logits vs masking {r['logits_max_diff_vs_masking']:.1e}",
                 flush=True,
             )
     if args.prefill_contexts:
@@ -290,7 +319,15 @@ def main() -> None:
     print_table([r for r in records if "chunk_tokens" in r], PREFILL_COLUMNS)
 
 
-QUERY_COLUMNS = ["context_tokens", "query_tokens", "compression_ratio", "peak_mb_vs_full", "ms_vs_full"]
+QUERY_COLUMNS = [
+    "context_tokens",
+    "query_tokens",
+    "compression_ratio",
+    "peak_mb_vs_full",
+    "ms_vs_full",
+    "compiled_ms_vs_full",
+    "logits_max_diff_vs_masking",
+]
 PREFILL_COLUMNS = [
     "context_tokens",
     "chunk_tokens",

@@ -208,6 +208,8 @@ def attention_rows() -> list[list[str]]:
     demo = [evictions[key] for key in ((2048, 0.5), (2048, 0.75), (8192, 0.75))]
     ratios = joined((q["compression_ratio"] for q in queries), 2)
     steps = " / ".join(f"{d['context_tokens'] // 1024}k pruned to {d['compression_ratio']:.2f}" for d in decode)
+    compiled = rec("cpu/decode_paper_compiled.json")
+    cells = " · ".join(f"{d['context_tokens'] // 1024}k pruned to {d['compression_ratio']:.2f}" for d in compiled)
     return [
         [
             f"{queries[0]['query_tokens']}-token forward over {queries[0]['context_tokens'] // 1024}k tokens pruned to "
@@ -216,6 +218,14 @@ def attention_rows() -> list[list[str]]:
         ],
         ["the same: time", joined((q["ms_vs_full"] for q in queries), 2)],
         [f"one-token decode step, one layer, at {steps}: time", joined((d["ms_vs_full"] for d in decode), 2)],
+        [
+            f"the same at {cells}: time eager / compiled (torch.compile, both caches)",
+            " · ".join(f"{d['ms_vs_full']:.2f} / {d['compiled_ms_vs_full']:.2f}" for d in compiled),
+        ],
+        [
+            "pruned logits vs masking's (the same entries dropped), largest difference, float32",
+            small(max(r["logits_max_diff_vs_masking"] for r in queries + compiled), 0),
+        ],
         [
             f"chunked prefill of {prefill['context_tokens'] // 1024}k tokens in {prefill['chunk_tokens'] // 1024}k "
             f"chunks (removed {prefill['compression_ratio']:.2f}) vs whole-prompt prefill: peak / time",

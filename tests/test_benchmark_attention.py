@@ -49,3 +49,17 @@ def test_attention_script_writes_query_and_prefill_records(tmp_path):
     assert abs(prefill["compression_ratio"] - 0.5) < 0.15 and abs(prefill["whole_compression_ratio"] - 0.5) < 0.15
     assert prefill["prefill_peak_mb_vs_full"] == prefill["peak_mb"]["chunked"] / prefill["peak_mb"]["whole"]
     assert prefill["prefill_peak_mb_vs_full"] < 1  # 700 tokens of 4096-wide activations vs 256 at a time
+
+
+def test_decode_record_compares_with_masking_and_compiles(tmp_path):
+    """A decoding step's record: the pruned logits equal masking's, and both forwards also timed compiled."""
+    out = tmp_path / "decode.json"
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, str(ROOT / "benchmarks" / "attention.py"), "--contexts", "600", "--queries", "1"]
+    command += ["--ratios", "0.5", "--repeats", "1", "--compile", "--out", str(out)]
+    subprocess.run(command, check=True, env=env, capture_output=True, text=True)
+    (record,) = json.loads(out.read_text())
+    assert record["segment_kernel"] == "decode" and record["logits_max_diff_vs_masking"] <= 1e-4
+    assert set(record["compiled_ms"]) == {"full", "pruned"} and min(record["compiled_ms"].values()) > 0
+    assert record["compiled_ms_vs_full"] == record["compiled_ms"]["pruned"] / record["compiled_ms"]["full"]
+    assert record["cpu_flags"] and record["dtype"] == "float32"
