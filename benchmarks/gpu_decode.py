@@ -13,6 +13,7 @@ and speed, not answer quality. One model copy; methods run one after another on 
 
     python benchmarks/gpu_decode.py --out benchmarks/results/gpu_decode_h200.json   # one H200: about 3 minutes
     python benchmarks/gpu_decode.py --tiny --contexts 600 --out /tmp/decode.json      # the same code, small, on CPU
+    python benchmarks/gpu_decode.py --device cpu --layers 1 --contexts 8192 --out ... # full width, one layer, on CPU
 """
 
 from __future__ import annotations
@@ -171,12 +172,14 @@ def main() -> None:
     parser.add_argument("--window", type=nonnegative_int, default=128)
     parser.add_argument("--calibration-tokens", type=positive_int, default=4096)
     parser.add_argument("--tiny", action="store_true", help="a small model of the same shape ratios (CPU checks)")
+    parser.add_argument("--layers", type=positive_int, default=None, help="decoder layers (default: the geometry's)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument(
         "--dtype", choices=["bfloat16", "float32"], default=None, help="default: bfloat16 on GPU, float32 on CPU"
     )
     args = parser.parse_args()
     geometry = TINY if args.tiny else QWEN3_8B
+    geometry = {**geometry, "num_hidden_layers": args.layers or geometry["num_hidden_layers"]}
     dtype = getattr(torch, args.dtype or ("bfloat16" if args.device.startswith("cuda") else "float32"))
     model = build_model(geometry, args.device, dtype)
     gen = torch.Generator().manual_seed(0)
