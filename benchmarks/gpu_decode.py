@@ -14,6 +14,7 @@ and speed, not answer quality. One model copy; methods run one after another on 
     python benchmarks/gpu_decode.py --out benchmarks/results/gpu_decode_h200.json   # one H200: about 3 minutes
     python benchmarks/gpu_decode.py --tiny --contexts 600 --out /tmp/decode.json      # the same code, small, on CPU
     python benchmarks/gpu_decode.py --device cpu --layers 1 --contexts 8192 --out ... # full width, one layer, on CPU
+    python benchmarks/gpu_decode.py --contexts 32768 --compile inductor --out ...      # eager and compiled steps
 """
 
 from __future__ import annotations
@@ -87,9 +88,12 @@ def sync(device: str) -> None:
 
 
 @torch.no_grad()
-def run_method(model, press, ids: torch.Tensor, steps: int, forced: list[int] | None = None) -> dict:
+def run_method(
+    model, press, ids: torch.Tensor, steps: int, forced: list[int] | None = None, backend: str | None = None
+) -> dict:
     """Prefill `ids` under `press` (None: the full cache), then decode `steps` tokens: greedy, or `forced` ones
-    (the full cache's, so that every method's next-token logits answer the same prefix and can be compared)."""
+    (the full cache's, so that every method's next-token logits answer the same prefix and can be compared).
+    With a torch.compile `backend`, `steps` more greedy tokens follow through the compiled step."""
     device = str(model.device)
     cache, times, tokens, step_logits = DynamicCache(), [], [], []
     with press(model) if press is not None else contextlib.nullcontext():
@@ -113,6 +117,8 @@ def run_method(model, press, ids: torch.Tensor, steps: int, forced: list[int] | 
             logits = model(token, past_key_values=cache, logits_to_keep=1).logits
             sync(device)
             times.append(time.perf_counter() - start)
+        kv_bytes, ratio = held_kv_bytes(cache) + mask_index_bytes(model), press.compression_ratio if press else 0.0
+        compiled = compiled_decode_ms(model, cache, logits, steps, backend) if backend else None
     group = model.config.num_attention_heads // model.config.num_key_value_heads
     kernels = (
         {f"{t}_tokens": kernel_agreement(cache.layers[0], t, group) for t in (1, 64)}
@@ -120,15 +126,32 @@ def run_method(model, press, ids: torch.Tensor, steps: int, forced: list[int] | 
         else None
     )
     return {
-        "kv_bytes": held_kv_bytes(cache) + mask_index_bytes(model),
+        "kv_bytes": kv_bytes,
         "prefill_s": prefill_s,
         "prefill_peak_bytes": prefill_peak,
         "decode_ms": 1000 * statistics.median(times[2:] or times),
-        "ratio": press.compression_ratio if press is not None else 0.0,
+        "compiled_decode_ms": compiled,
+        "ratio": ratio,
         "tokens": tokens,
         "logits": torch.stack(step_logits),
         "segment_kernels": kernels,
     }
+
+
+def compiled_decode_ms(model, cache, logits: torch.Tensor, steps: int, backend: str) -> float:
+    """Median ms of `steps` greedy decoding steps through torch.compile, continuing `cache`; the first three
+    (the compile, and the recompiles that sizes turning dynamic ask for) are not counted."""
+    device = str(model.device)
+    step = torch.compile(lambda token: model(token, past_key_values=cache, logits_to_keep=1).logits, backend=backend)
+    times = []
+    for _ in range(steps):
+        token = logits[:, -1].argmax(-1, keepdim=True)
+        sync(device)
+        start = time.perf_counter()
+        logits = step(token)
+        sync(device)
+        times.append(time.perf_counter() - start)
+    return 1000 * statistics.median(times[3:] or times)
 
 
 def kernel_agreement(layer, tokens: int, group: int, kernels: list[str] | None = None) -> dict:
@@ -173,6 +196,12 @@ def main() -> None:
     parser.add_argument("--calibration-tokens", type=positive_int, default=4096)
     parser.add_argument("--tiny", action="store_true", help="a small model of the same shape ratios (CPU checks)")
     parser.add_argument("--layers", type=positive_int, default=None, help="decoder layers (default: the geometry's)")
+    parser.add_argument(
+        "--compile",
+        metavar="BACKEND",
+        default=None,
+        help="also time the full cache's and eviction's decoding steps through torch.compile (e.g. inductor)",
+    )
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument(
         "--dtype", choices=["bfloat16", "float32"], default=None, help="default: bfloat16 on GPU, float32 on CPU"
@@ -195,7 +224,7 @@ def main() -> None:
 
     records = []
     for n in args.contexts:
-        full = run_method(model, None, ids[:, :n], args.decode_steps)
+        full = run_method(model, None, ids[:, :n], args.decode_steps, backend=args.compile)
         report("full", n, full)
         for ratio in args.ratios:
             tau = thresholds[ratio]
@@ -213,6 +242,7 @@ def main() -> None:
                 ids[:, :n],
                 args.decode_steps,
                 full["tokens"],
+                backend=args.compile,
             )
             report(f"eviction {ratio}", n, eviction)
             print(f"[{n} tokens] segment attention kernels vs float32 rows: {eviction['segment_kernels']}", flush=True)
@@ -232,6 +262,7 @@ def main() -> None:
                         key: {name: run[key] for name, run in runs.items()}
                         for key in ("kv_bytes", "decode_ms", "prefill_s", "prefill_peak_bytes")
                     },
+                    **compiled_fields(full, eviction, args.compile),
                     "segment_kernels": eviction["segment_kernels"],
                     "decode_steps": args.decode_steps,
                     "window": args.window,
@@ -244,11 +275,23 @@ def main() -> None:
     print_table(records, DECODE_COLUMNS)
 
 
+def compiled_fields(full: dict, eviction: dict, backend: str | None) -> dict:
+    if backend is None:
+        return {}
+    ms = {"full": full["compiled_decode_ms"], "eviction": eviction["compiled_decode_ms"]}
+    return {
+        "compile_backend": backend,
+        "compiled_decode_ms": ms,
+        "compiled_decode_ms_vs_full": ms["eviction"] / ms["full"],
+    }
+
+
 def report(name: str, n: int, run: dict) -> None:
     peak = "" if run["prefill_peak_bytes"] is None else f", prefill peak {run['prefill_peak_bytes'] / 2**30:.2f} GiB"
+    compiled = "" if run["compiled_decode_ms"] is None else f" ({run['compiled_decode_ms']:.2f} compiled)"
     print(
         f"[{n} tokens] {name}: removed {run['ratio']:.3f}, KV {run['kv_bytes'] / 2**30:.3f} GiB, "
-        f"prefill {run['prefill_s']:.2f} s{peak}, decode {run['decode_ms']:.2f} ms/token",
+        f"prefill {run['prefill_s']:.2f} s{peak}, decode {run['decode_ms']:.2f} ms/token{compiled}",
         flush=True,
     )
 

@@ -39,6 +39,8 @@ def test_gpu_decode_script_runs_small_on_cpu(tmp_path):
             "5",
             "--calibration-tokens",
             "512",
+            "--compile",
+            "eager",  # dynamo's tracing without a compiler: the compiled path, cheaply
             "--out",
             str(out),
         ],
@@ -50,6 +52,11 @@ def test_gpu_decode_script_runs_small_on_cpu(tmp_path):
     [record] = json.loads(out.read_text())
     assert record["context_tokens"] == 600 and set(record["kv_bytes"]) == {"full", "masking", "eviction"}
     assert record["layers"] == 1  # --layers overrides the geometry's depth
+    assert record["compile_backend"] == "eager" and set(record["compiled_decode_ms"]) == {"full", "eviction"}
+    assert (
+        record["compiled_decode_ms_vs_full"]
+        == record["compiled_decode_ms"]["eviction"] / record["compiled_decode_ms"]["full"]
+    )
     # calibrated on another prompt, so near the target, not on it; masking and eviction judge alike
     assert abs(record["compression_ratio"] - 0.5) < 0.15
     assert abs(record["compression_ratio"] - record["masking_compression_ratio"]) < 1e-9

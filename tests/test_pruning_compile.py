@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch._dynamo.utils import counters
 from transformers import DynamicCache
 
 from kvzap.pruning import KVzapPress, PrunedLayer
@@ -68,10 +69,12 @@ def test_generation_through_growth_steps_equals_eager(surrogate):
     """Past the spare slots a row's segment may have to grow: that step reads the lengths (a graph break, once
     per MIN_ROW_SLACK steps or more), and the tokens stay the eager ones."""
     torch._dynamo.reset()
+    counters.clear()
     model = pruning_model("llama")
     ids, mask = _prompt("one")
     steps = 2 * MIN_ROW_SLACK + 1  # past the first step that reads the lengths
     split = lambda step: torch.compile(step, backend="eager")
     compiled, _, compiled_ratio, _ = _greedy(model, surrogate, ids, mask, steps, split)
+    assert sum(counters["graph_break"].values()) > 0  # a step read the lengths (the eager prefill is not traced)
     eager, _, eager_ratio, _ = _greedy(model, surrogate, ids, mask, steps)
     assert torch.equal(compiled, eager) and compiled_ratio == eager_ratio
