@@ -15,6 +15,14 @@ and speed, not answer quality. One model copy; methods run one after another on 
     python benchmarks/gpu_decode.py --tiny --contexts 600 --out /tmp/decode.json      # the same code, small, on CPU
     python benchmarks/gpu_decode.py --device cpu --layers 1 --contexts 8192 --out ... # full width, one layer, on CPU
     python benchmarks/gpu_decode.py --contexts 32768 --compile inductor --out ...      # eager and compiled steps
+
+`--dtype-agreement` writes, instead, how far bf16 moves each method's next-token logits from its own fp32 run, at
+the first context and ratio: the noise floor against which eviction-vs-masking differences in bf16 are read. One
+fp32 model: the full cache, DMSPress and KVzapPress decode the same forced tokens in fp32, then again after the
+model is cast to bf16. Random deep networks amplify rounding, so large bf16-vs-fp32 gaps for the full cache itself
+mean bf16 comparisons between methods say nothing about exactness; fp32 ones do.
+
+    python benchmarks/gpu_decode.py --dtype-agreement --contexts 8192 --ratios 0.75 --decode-steps 16 --out ...
 """
 
 from __future__ import annotations
@@ -206,10 +214,18 @@ def main() -> None:
     parser.add_argument(
         "--dtype", choices=["bfloat16", "float32"], default=None, help="default: bfloat16 on GPU, float32 on CPU"
     )
+    parser.add_argument(
+        "--dtype-agreement",
+        action="store_true",
+        help="instead: bf16 vs fp32 logits of each method at the first context and ratio (fp32 sdpa on a GPU holds "
+        "heads x context^2 floats: 8k, not 32k)",
+    )
     args = parser.parse_args()
     geometry = TINY if args.tiny else QWEN3_8B
     geometry = {**geometry, "num_hidden_layers": args.layers or geometry["num_hidden_layers"]}
     dtype = getattr(torch, args.dtype or ("bfloat16" if args.device.startswith("cuda") else "float32"))
+    if args.dtype_agreement:
+        dtype = torch.float32  # the reference run; the model is cast to bf16 after it
     model = build_model(geometry, args.device, dtype)
     gen = torch.Generator().manual_seed(0)
     ids = torch.randint(0, geometry["vocab_size"], (1, max(args.contexts) + args.calibration_tokens), generator=gen)
@@ -221,6 +237,17 @@ def main() -> None:
     samples = collect_scores(model, [calibration_ids], scorer, args.window)
     thresholds = {r: threshold_for(samples, r) for r in args.ratios}
     print("calibrated thresholds:", {r: round(t, 4) for r, t in thresholds.items()}, flush=True)
+    if args.dtype_agreement:
+        ratio = args.ratios[0]
+        record = dtype_agreement(model, scorer, ids[:, : args.contexts[0]], ratio, thresholds[ratio], args)
+        atomic_write_json(args.out, [record])
+        for key in ("eviction_vs_masking", "bfloat16_vs_float32"):
+            for name, value in record[key].items():
+                print(
+                    f"{key} [{name}]: max |logit diff| {value['max_abs_logit_diff']:.3g}, same argmax "
+                    f"{value['same_argmax']:.3f}"
+                )
+        return
 
     records = []
     for n in args.contexts:
@@ -283,6 +310,35 @@ def compiled_fields(full: dict, eviction: dict, backend: str | None) -> dict:
         "compile_backend": backend,
         "compiled_decode_ms": ms,
         "compiled_decode_ms_vs_full": ms["eviction"] / ms["full"],
+    }
+
+
+def dtype_agreement(model, scorer, ids: torch.Tensor, ratio: float, tau: float, args) -> dict:
+    """The record of `--dtype-agreement` (module docstring); `model` is in float32 and is left in bf16."""
+    presses = {
+        "full": lambda: None,
+        "masking": lambda: DMSPress(scorer, threshold=tau, sliding_window_size=args.window, decoding=True),
+        "eviction": lambda: KVzapPress(scorer, threshold=tau, window=args.window, decoding=True),
+    }
+    fp32 = {"full": run_method(model, None, ids, args.decode_steps)}
+    forced = fp32["full"]["tokens"]
+    for name in ("masking", "eviction"):
+        fp32[name] = run_method(model, presses[name](), ids, args.decode_steps, forced)
+    model.to(torch.bfloat16)
+    bf16 = {name: run_method(model, press(), ids, args.decode_steps, forced) for name, press in presses.items()}
+    return {
+        "context_tokens": ids.shape[1],
+        "target_ratio": ratio,
+        "compression_ratio": fp32["eviction"]["ratio"],
+        "eviction_vs_masking": {
+            "float32": agreement(fp32["eviction"], fp32["masking"]),
+            "bfloat16": agreement(bf16["eviction"], bf16["masking"]),
+        },
+        "bfloat16_vs_float32": {name: agreement(bf16[name], fp32[name]) for name in presses},
+        "logit_scale_float32": fp32["full"]["logits"].abs().max().item(),
+        "decode_steps": args.decode_steps,
+        "layers": model.config.num_hidden_layers,
+        "device": torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu",
     }
 
 

@@ -1,5 +1,5 @@
-"""benchmarks/gpu_decode.py and benchmarks/dtype_agreement.py, the H200 scripts, run small on CPU: same code,
-checked records."""
+"""benchmarks/gpu_decode.py, the H200 script (its decode records and its --dtype-agreement record), run small on
+CPU: same code, checked records."""
 
 from __future__ import annotations
 
@@ -92,18 +92,23 @@ def test_kernel_check_catches_a_wrong_kernel_and_passes_the_varlen_one(monkeypat
     assert check["max_abs_diff_vs_float32_rows"]["varlen"] > 0.05
 
 
-def test_dtype_agreement_script_runs_small_on_cpu(tmp_path):
+def test_dtype_agreement_runs_small_on_cpu(tmp_path):
     out = tmp_path / "agreement.json"
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1"}
     subprocess.run(
         [
             sys.executable,
-            str(ROOT / "benchmarks" / "dtype_agreement.py"),
+            str(ROOT / "benchmarks" / "gpu_decode.py"),
+            "--dtype-agreement",
             "--tiny",
             "--device",
             "cpu",
-            "--context",
+            "--contexts",
             "600",
+            "--ratios",
+            "0.75",
+            "--calibration-tokens",
+            "1024",
             "--decode-steps",
             "4",
             "--out",
@@ -116,6 +121,7 @@ def test_dtype_agreement_script_runs_small_on_cpu(tmp_path):
     )
     [record] = json.loads(out.read_text())
     assert set(record["bfloat16_vs_float32"]) == {"full", "masking", "eviction"}
+    assert record["context_tokens"] == 600 and record["target_ratio"] == 0.75
     assert record["eviction_vs_masking"]["float32"]["max_abs_logit_diff"] < 1e-4
     # bf16 rounding is visible, and small for a 2-layer model
     assert 0 < record["bfloat16_vs_float32"]["full"]["max_abs_logit_diff"] < 0.1
