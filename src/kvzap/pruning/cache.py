@@ -372,11 +372,12 @@ class PrunedLayer(JudgedLayer):
             return
         batch, heads = keep.shape[:2]
         needed = self.rows.length + keep.sum(-1).flatten()  # (B * H,)
-        lengths = needed.tolist()  # the host read that sizes a re-pack and the room after it
+        # The one host read: it sizes a re-pack (which moves the used slots) and the room after it.
+        lengths, used = torch.stack([needed, self.rows.length]).tolist()
         if any(n > c for n, c in zip(lengths, self.rows.capacities)):
             # Re-pack: a prefill-only verdict fits exactly, rows that grow later get spare slots.
             grows = self.grows or self.packed_keys.shape[0] > 0
-            self._repack(needed + (_spare(needed) if grows else 0))
+            self._repack(needed + (_spare(needed) if grows else 0), used)
         # The i-th kept token of row r goes to slot start[r] + length[r] + i.
         first_free = (self.rows.start + self.rows.length).view(batch, heads, 1)
         slots = (first_free + keep.cumsum(-1) - 1)[keep]
@@ -400,14 +401,14 @@ class PrunedLayer(JudgedLayer):
         self._keys.drop_front(1)
         self._values.drop_front(1)
 
-    def _repack(self, capacity: torch.Tensor) -> None:
-        """Give row r `capacity[r]` slots; its used slots move to the head of its new segment, in order (one
-        slice copy per row: a row's used slots are contiguous, so no per-slot index is needed). Spare slots start
-        as zeros: the decoding kernel reads them (with weight 0, which must not meet a NaN)."""
+    def _repack(self, capacity: torch.Tensor, used: list[int]) -> None:
+        """Give row r `capacity[r]` slots; its `used[r]` used slots move to the head of its new segment, in order
+        (one slice copy per row: a row's used slots are contiguous, so no per-slot index is needed). Spare slots
+        start as zeros: the decoding kernel reads them (with weight 0, which must not meet a NaN)."""
         rows = Rows.segments(capacity, self.rows.length)
-        keys = self.packed_keys.new_zeros(int(capacity.sum()), self.packed_keys.shape[1])
+        keys = self.packed_keys.new_zeros(sum(rows.capacities), self.packed_keys.shape[1])
         values = torch.zeros_like(keys)
-        for new, old, n in zip(rows.starts, self.rows.starts, self.rows.lengths):
+        for new, old, n in zip(rows.starts, self.rows.starts, used):
             keys[new : new + n], values[new : new + n] = (
                 self.packed_keys[old : old + n],
                 self.packed_values[old : old + n],
