@@ -208,6 +208,7 @@ def main() -> None:
         "--compile",
         metavar="BACKEND",
         default=None,
+        choices=torch.compiler.list_backends(exclude_tags=()),
         help="also time the full cache's and eviction's decoding steps through torch.compile (e.g. inductor)",
     )
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -221,11 +222,12 @@ def main() -> None:
         "heads x context^2 floats: 8k, not 32k)",
     )
     args = parser.parse_args()
+    if args.dtype_agreement and (args.compile or args.dtype):
+        parser.error("--dtype-agreement runs float32, then bfloat16, eagerly: drop --compile and --dtype")
     geometry = TINY if args.tiny else QWEN3_8B
     geometry = {**geometry, "num_hidden_layers": args.layers or geometry["num_hidden_layers"]}
-    dtype = getattr(torch, args.dtype or ("bfloat16" if args.device.startswith("cuda") else "float32"))
-    if args.dtype_agreement:
-        dtype = torch.float32  # the reference run; the model is cast to bf16 after it
+    default = "float32" if args.dtype_agreement or not args.device.startswith("cuda") else "bfloat16"
+    dtype = getattr(torch, args.dtype or default)  # --dtype-agreement: the reference, cast to bf16 after it
     model = build_model(geometry, args.device, dtype)
     gen = torch.Generator().manual_seed(0)
     ids = torch.randint(0, geometry["vocab_size"], (1, max(args.contexts) + args.calibration_tokens), generator=gen)

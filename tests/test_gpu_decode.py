@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from kvzap.pruning import PrunedLayer, segments
@@ -125,3 +126,19 @@ def test_dtype_agreement_runs_small_on_cpu(tmp_path):
     assert record["eviction_vs_masking"]["float32"]["max_abs_logit_diff"] < 1e-4
     # bf16 rounding is visible, and small for a 2-layer model
     assert 0 < record["bfloat16_vs_float32"]["full"]["max_abs_logit_diff"] < 0.1
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--dtype-agreement", "--compile", "eager"], "drop --compile and --dtype"),
+        (["--compile", "indcutor"], "invalid choice: 'indcutor'"),
+    ],
+)
+def test_options_a_run_would_ignore_or_fail_on_are_refused_first(flags, message, tmp_path):
+    script = str(ROOT / "benchmarks" / "gpu_decode.py")
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    done = subprocess.run(
+        [sys.executable, script, "--out", str(tmp_path / "x.json"), *flags], env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 2 and message in done.stderr
