@@ -200,6 +200,10 @@ def eviction_rows() -> list[list[str]]:
     return [[str(r["context_tokens"]), *(f"{r[k]:.2f}" for k in keys)] for r in rec("cpu/eviction_demo.json")]
 
 
+def pruned_to(r: dict) -> str:
+    return f"{r['context_tokens'] // 1024}k pruned to {r['compression_ratio']:.2f}"
+
+
 def attention_rows() -> list[list[str]]:
     """Paper geometry (queries, decode, chunked prefill) and the demo model's decode from eviction_demo.json."""
     queries, decode = rec("cpu/queries_paper.json"), rec("cpu/decode_paper.json")
@@ -207,9 +211,9 @@ def attention_rows() -> list[list[str]]:
     evictions = {(r["context_tokens"], r["target_ratio"]): r for r in rec("cpu/eviction_demo.json")}
     demo = [evictions[key] for key in ((2048, 0.5), (2048, 0.75), (8192, 0.75))]
     ratios = joined((q["compression_ratio"] for q in queries), 2)
-    steps = " / ".join(f"{d['context_tokens'] // 1024}k pruned to {d['compression_ratio']:.2f}" for d in decode)
+    steps = " / ".join(map(pruned_to, decode))
     compiled = rec("cpu/decode_paper_compiled.json")
-    cells = " · ".join(f"{d['context_tokens'] // 1024}k pruned to {d['compression_ratio']:.2f}" for d in compiled)
+    cells = " · ".join(map(pruned_to, compiled))
     return [
         [
             f"{queries[0]['query_tokens']}-token forward over {queries[0]['context_tokens'] // 1024}k tokens pruned to "

@@ -196,9 +196,9 @@ def holds_full_cache(cells: list[Cell]) -> dict:
         why = "every KVzap cell at ratio 0.5-0.75 loses accuracy beyond the noise"
         return _claim(claim, paper, DISAGREES, why, diffs)
     lost = [d["a"].split(" (")[0] for d in at_2_4x if keeps(d) == DISAGREES]
-    why = f"no interval rules out a {DELTA:g}-point loss" + (
-        f"; losses beyond the noise: {', '.join(lost)}" * bool(lost)
-    )
+    why = f"no interval rules out a {DELTA:g}-point loss"
+    if lost:
+        why += f"; losses beyond the noise: {', '.join(lost)}"
     return _claim(claim, paper, UNTESTABLE, why, diffs)
 
 
