@@ -1,5 +1,6 @@
 """A decoding step over a KVzap-pruned cache under torch.compile: one whole graph (no host read in judging,
-compaction or attention while the rows have spare slots), and the eager step's tokens and logits."""
+compaction or attention while the rows have spare slots, which `reserve_decoding` makes ahead), and the eager
+step's tokens and logits."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import torch
 from torch._dynamo.utils import counters
 from transformers import DynamicCache
 
-from kvzap.pruning import KVzapPress, PrunedLayer
+from kvzap.pruning import KVzapPress, PrunedLayer, reserve_decoding
 from kvzap.pruning.cache import MIN_ROW_SLACK
 from kvzap.pruning.segments import kernels_served
 from tiny_pruning import WINDOW, pruning_model, random_tokens, scorer
@@ -26,12 +27,15 @@ def _prompt(batch: str):
     return ids, mask
 
 
-def _greedy(model, surrogate, ids, mask, steps: int, compile_step=None):
-    """Prefill eagerly, then `steps` greedy decoding steps through `compile_step(step)` (or eagerly)."""
+def _greedy(model, surrogate, ids, mask, steps: int, compile_step=None, reserve=False):
+    """Prefill eagerly, then `steps` greedy decoding steps through `compile_step(step)` (or eagerly); reserve:
+    make room for all of them after the prefill."""
     press = KVzapPress(scorer(surrogate), threshold=0.0, window=WINDOW, decoding=True)
     cache, tokens, logits = DynamicCache(), [], []
     with torch.no_grad(), press(model), kernels_served() as kernels:
         out = model(ids, attention_mask=mask, past_key_values=cache)
+        if reserve:
+            reserve_decoding(cache, steps)
 
         def step(token, mask):
             return model(token, attention_mask=mask, past_key_values=cache).logits[:, -1]
@@ -78,3 +82,43 @@ def test_generation_through_growth_steps_equals_eager(surrogate):
     assert sum(counters["graph_break"].values()) > 0  # a step read the lengths (the eager prefill is not traced)
     eager, _, eager_ratio, _ = _greedy(model, surrogate, ids, mask, steps)
     assert torch.equal(compiled, eager) and compiled_ratio == eager_ratio
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen3"])
+def test_generation_compiles_whole_with_room_reserved_ahead(family, surrogate):
+    """Room made after the prefill for every step: a generation past where rows would have grown runs through
+    fullgraph=True (which raises at any graph break) and gives the eager tokens, over the padded batch."""
+    torch._dynamo.reset()
+    model = pruning_model(family)
+    ids, mask = _prompt("padded")
+    steps = 3 * MIN_ROW_SLACK + 1
+    whole = lambda step: torch.compile(step, fullgraph=True, backend="aot_eager")
+    compiled, compiled_logits, compiled_ratio, _ = _greedy(model, surrogate, ids, mask, steps, whole, reserve=True)
+    eager, eager_logits, eager_ratio, _ = _greedy(model, surrogate, ids, mask, steps)
+    assert torch.equal(compiled, eager)
+    assert (compiled_logits - eager_logits).abs().max() <= 1e-4
+    assert compiled_ratio == eager_ratio > 0.2
+
+
+def test_reserve_makes_room_without_moving_what_rows_keep(surrogate):
+    """reserve_decoding gives every row `steps` spare slots (a re-pack that keeps each row's entries in order) and
+    refuses what it cannot serve by name."""
+    model = pruning_model("llama")
+    ids, _ = _prompt("one")
+    cache = DynamicCache()
+    with torch.no_grad(), KVzapPress(scorer(surrogate), threshold=0.0, window=WINDOW, decoding=True)(model):
+        model(ids, past_key_values=cache)
+    layer = cache.layers[0]
+    before = [layer.packed_keys[s : s + n] for s, n in zip(layer.rows.starts, layer.rows.lengths)]
+    reserve_decoding(cache, 50)
+    assert layer.room >= 50
+    assert all(c - n >= 50 for c, n in zip(layer.rows.capacities, layer.rows.lengths))
+    after = [layer.packed_keys[s : s + n] for s, n in zip(layer.rows.starts, layer.rows.lengths)]
+    assert all(torch.equal(a, b) for a, b in zip(after, before))
+    capacities = layer.rows.capacities
+    reserve_decoding(cache, 10)  # room enough already: nothing moves
+    assert layer.rows.capacities == capacities
+    with pytest.raises(ValueError, match="steps must be an integer >= 0"):
+        reserve_decoding(cache, -1)
+    with pytest.raises(ValueError, match="run the prefill under the press first"):
+        reserve_decoding(DynamicCache(), 8)

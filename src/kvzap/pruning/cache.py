@@ -401,6 +401,16 @@ class PrunedLayer(JudgedLayer):
         self._keys.drop_front(1)
         self._values.drop_front(1)
 
+    def reserve(self, steps: int) -> None:
+        """Spare slots in every row for `steps` more decoding steps (each settles at most one token per row), made
+        now: no step among them re-packs or reads a length, so a compiled loop over them is one graph."""
+        if steps <= self.room:
+            return
+        used = self.rows.lengths
+        if any(n + steps > c for n, c in zip(used, self.rows.capacities)):
+            self._repack(torch.maximum(self.rows.capacity, self.rows.length + steps), used)
+        self.room = min([c - n for c, n in zip(self.rows.capacities, used)] or [0])
+
     def _repack(self, capacity: torch.Tensor, used: list[int]) -> None:
         """Give row r `capacity[r]` slots; its `used[r]` used slots move to the head of its new segment, in order
         (one slice copy per row: a row's used slots are contiguous, so no per-slot index is needed). Spare slots
@@ -493,6 +503,19 @@ class MaskedLayer(JudgedLayer):
     @property
     def nbytes(self) -> int:
         return self._keys.nbytes + self._values.nbytes + self.dropped.nbytes + self._scores.nbytes
+
+
+def reserve_decoding(cache, steps: int) -> None:
+    """Make room in every pruned layer for `steps` decoding steps ahead (outside the step): a decoding loop that
+    calls this every `steps` steps runs a step compiled with torch.compile(fullgraph=True) throughout, where a
+    step that had to grow a row would read its length (a graph break). Costs at most `steps` slots per row."""
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+        raise ValueError(f"steps must be an integer >= 0 (decoding steps to make room for), got {steps!r}")
+    layers = [layer for layer in getattr(cache, "layers", []) if isinstance(layer, PrunedLayer)]
+    if not layers:
+        raise ValueError("reserve_decoding takes a cache a press has pruned (run the prefill under the press first)")
+    for layer in layers:
+        layer.reserve(steps)
 
 
 def held_kv_bytes(cache) -> int:
