@@ -114,8 +114,8 @@ def test_cli_writes_tables_2_and_3(cells, tmp_path):
     assert pd.read_csv(out / "overhead.csv")[["model", "D_int"]].values.tolist() == [["m", 12288]]
 
 
-def test_results_name_each_cells_attention_and_flag_the_row_loop_on_a_gpu(tmp_path):
-    """A GPU cell served by the row loop alone (varlen unavailable or untrusted) is flagged in results.csv and in
+def test_results_name_each_cells_attention_and_flag_a_gpu_cell_varlen_never_served(tmp_path):
+    """A GPU cell served by the decoding kernel alone (varlen unavailable) is flagged in results.csv and in
     results.md; one where varlen served beside it (padded windows) is not, nor a cell written without a record."""
 
     def served(kernels, device):
@@ -123,8 +123,8 @@ def test_results_name_each_cells_attention_and_flag_the_row_loop_on_a_gpu(tmp_pa
 
     cells = [
         ("full", None, {}),  # no record
-        ("kvzap_linear", -4.0, {"attention": served(["rows"], "cuda")}),
-        ("kvzap_mlp", -4.0, {"attention": served(["rows", "varlen"], "cuda")}),
+        ("kvzap_linear", -4.0, {"attention": served(["decode"], "cuda")}),
+        ("kvzap_mlp", -4.0, {"attention": served(["decode", "varlen"], "cuda")}),
     ]
     root = tmp_path / "results"
     paths = [
@@ -135,10 +135,11 @@ def test_results_name_each_cells_attention_and_flag_the_row_loop_on_a_gpu(tmp_pa
     aggregate.aggregate(paths, [], out)
     results = pd.read_csv(out / "results.csv", keep_default_na=False).set_index("method")
     assert results.loc["kvzap_linear", ["attention", "attention_warning"]].tolist() == [
-        "kvzap (rows) on cuda",
-        "⚠ row loop on GPU",
+        "kvzap (decode) on cuda",
+        "⚠ no varlen on GPU",
     ]
-    assert results.loc["kvzap_mlp", ["attention", "attention_warning"]].tolist() == ["kvzap (rows, varlen) on cuda", ""]
+    mlp = results.loc["kvzap_mlp", ["attention", "attention_warning"]].tolist()
+    assert mlp == ["kvzap (decode, varlen) on cuda", ""]
     assert results.loc["full", ["attention", "attention_warning"]].tolist() == ["", ""]
-    flagged = [line for line in (out / "results.md").read_text().splitlines() if "⚠ row loop on GPU" in line]
+    flagged = [line for line in (out / "results.md").read_text().splitlines() if "⚠ no varlen on GPU" in line]
     assert len(flagged) == 1 and "kvzap_linear" in flagged[0]

@@ -31,7 +31,7 @@ def _inputs(new: int, mask: str):
     return q, packed, segments.Window(*torch.randn(2, rows, 6, dim, generator=gen), new_mask)
 
 
-@pytest.mark.parametrize("new, mask, kernel", [(1, "none", "decode"), (3, "causal", "flash"), (3, "other", "rows")])
+@pytest.mark.parametrize("new, mask, kernel", [(1, "none", "decode"), (3, "causal", "flash"), (3, "other", "decode")])
 def test_each_cpu_kernel_is_counted_by_name_where_it_is_chosen(new, mask, kernel):
     q, packed, window = _inputs(new, mask)
     before = segments.SERVED[kernel]
@@ -83,15 +83,16 @@ def test_a_cells_record_is_the_union_of_its_runs():
 @pytest.mark.parametrize(
     "record, flagged",
     [
-        (_record(["rows"], ["cuda"]), True),  # varlen unavailable or untrusted
-        (_record(["rows", "varlen"], ["cuda"]), False),  # the row loop beside varlen: padded windows
+        (_record(["decode"], ["cuda"]), True),  # varlen unavailable: a float32 model, an older torch
+        (_record(["rows"], ["cuda"]), True),  # a record from before the decoding kernel served GPUs
+        (_record(["decode", "varlen"], ["cuda"]), False),  # the decoding kernel beside varlen: padded windows
         (_record(["varlen"], ["cuda"]), False),
-        (_record(["decode", "rows"]), False),  # the row loop on a CPU is one of its kernels
+        (_record(["decode", "flash"]), False),  # a CPU's kernels
         (_record([], ["cuda"], ["sdpa"]), False),  # no pruned layer
     ],
 )
-def test_only_the_row_loop_without_varlen_on_a_gpu_is_flagged(record, flagged):
-    assert attention_record.row_loop_on_gpu(record) == flagged
+def test_only_a_gpu_cell_that_varlen_never_served_is_flagged(record, flagged):
+    assert attention_record.varlen_missing_on_gpu(record) == flagged
 
 
 def test_a_record_reads_as_one_line():

@@ -68,10 +68,10 @@ def test_gpu_decode_script_runs_small_on_cpu(tmp_path):
     assert record["kv_bytes"]["masking"] >= record["kv_bytes"]["full"]
     # eviction attends to exactly what masking leaves visible
     assert record["max_abs_logit_diff_vs_masking"] < 1e-4 and record["same_argmax_vs_masking"] == 1.0
-    # on CPU the decode kernel (or the loop) serves a decoding step, the flash kernel (or the loop) a 64-token one
+    # on CPU the decode kernel serves a decoding step, the flash kernel (or the decode one) a 64-token one
     kernels = record["segment_kernels"]
-    assert set(kernels["1_tokens"]["max_abs_diff_vs_float32_rows"]) == {"decode", "rows"}
-    assert set(kernels["64_tokens"]["max_abs_diff_vs_float32_rows"]) == {"flash", "rows"}
+    assert set(kernels["1_tokens"]["max_abs_diff_vs_float32_rows"]) == {"decode"}
+    assert set(kernels["64_tokens"]["max_abs_diff_vs_float32_rows"]) == {"flash", "decode"}
     assert all(diff < 1e-5 for check in kernels.values() for diff in check["max_abs_diff_vs_float32_rows"].values())
 
 
@@ -85,7 +85,7 @@ def test_kernel_check_catches_a_wrong_kernel_and_passes_the_varlen_one(monkeypat
     layer = PrunedLayer(*torch.randn(2, 1, 2, 400, 16, generator=gen))
     layer.judge(400 - 128, torch.rand(1, 2, 400 - 128, generator=gen) < 0.5)
     monkeypatch.setattr(segments, "varlen_attn", varlen_reference)
-    for tokens, kernels in ((1, ["varlen", "rows"]), (64, ["varlen", "flash", "rows"])):
+    for tokens, kernels in ((1, ["varlen", "decode"]), (64, ["varlen", "flash", "decode"])):
         check = gpu_decode.kernel_agreement(layer, tokens, group=4, kernels=kernels)
         assert max(check["max_abs_diff_vs_float32_rows"].values()) < 1e-5 and check["output_max_abs"] > 0.1
     monkeypatch.setattr(segments, "varlen_attn", functools.partial(varlen_reference, causal_as_full=True))

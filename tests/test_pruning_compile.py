@@ -1,5 +1,5 @@
 """A decoding step over a KVzap-pruned cache under torch.compile: one whole graph (no host read in judging,
-compaction or attention while the rows have spare slots, which `reserve_decoding` makes ahead), and the eager
+compaction or attention while the rows have spare slots, which `reserve_room` makes ahead), and the eager
 step's tokens and logits."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import torch
 from torch._dynamo.utils import counters
 from transformers import DynamicCache
 
-from kvzap.pruning import KVzapPress, PrunedLayer, reserve_decoding
+from kvzap.pruning import KVzapPress, PrunedLayer, reserve_room
 from kvzap.pruning.cache import MIN_ROW_SLACK
 from kvzap.pruning.segments import kernels_served
 from tiny_pruning import WINDOW, pruning_model, random_tokens, scorer
@@ -27,23 +27,23 @@ def _prompt(batch: str):
     return ids, mask
 
 
-def _greedy(model, surrogate, ids, mask, steps: int, compile_step=None, reserve=False):
-    """Prefill eagerly, then `steps` greedy decoding steps through `compile_step(step)` (or eagerly); reserve:
-    make room for all of them after the prefill."""
+def _greedy(model, surrogate, ids, mask, steps: int, compile_step=None, reserve: int = 0):
+    """Prefill eagerly, then `steps` greedy decoding steps through `compile_step(step)` (or eagerly); reserve > 0:
+    make room for that many steps before every that many (as docs/library.md shows)."""
     press = KVzapPress(scorer(surrogate), threshold=0.0, window=WINDOW, decoding=True)
     cache, tokens, logits = DynamicCache(), [], []
     with torch.no_grad(), press(model), kernels_served() as kernels:
         out = model(ids, attention_mask=mask, past_key_values=cache)
-        if reserve:
-            reserve_decoding(cache, steps)
 
         def step(token, mask):
             return model(token, attention_mask=mask, past_key_values=cache).logits[:, -1]
 
         run = compile_step(step) if compile_step else step
         token = out.logits[:, -1:].argmax(-1)
-        for _ in range(steps):
+        for i in range(steps):
             mask = None if mask is None else torch.cat([mask, torch.ones_like(token)], -1)
+            if reserve and i % reserve == 0:
+                reserve_room(cache, reserve)
             logits.append(run(token, mask))
             token = logits[-1].argmax(-1, keepdim=True)
             tokens.append(token)
@@ -51,8 +51,8 @@ def _greedy(model, surrogate, ids, mask, steps: int, compile_step=None, reserve=
     return torch.cat(tokens, -1), torch.stack(logits), press.compression_ratio, kernels
 
 
-@pytest.mark.parametrize("family", ["llama", "qwen3"])
-@pytest.mark.parametrize("batch", ["one", "padded"])
+# Each family with one row and with a padded batch, between this test and the reserved generation's.
+@pytest.mark.parametrize("family, batch", [("llama", "one"), ("qwen3", "padded")])
 def test_decoding_step_compiles_whole_and_decodes_as_eager(family, batch, surrogate):
     torch._dynamo.reset()
     model = pruning_model(family)
@@ -76,7 +76,7 @@ def test_generation_through_growth_steps_equals_eager(surrogate):
     counters.clear()
     model = pruning_model("llama")
     ids, mask = _prompt("one")
-    steps = 2 * MIN_ROW_SLACK + 1  # past the first step that reads the lengths
+    steps = MIN_ROW_SLACK + 2  # past the first step that reads the lengths
     split = lambda step: torch.compile(step, backend="eager")
     compiled, _, compiled_ratio, _ = _greedy(model, surrogate, ids, mask, steps, split)
     assert sum(counters["graph_break"].values()) > 0  # a step read the lengths (the eager prefill is not traced)
@@ -84,16 +84,17 @@ def test_generation_through_growth_steps_equals_eager(surrogate):
     assert torch.equal(compiled, eager) and compiled_ratio == eager_ratio
 
 
-@pytest.mark.parametrize("family", ["llama", "qwen3"])
-def test_generation_compiles_whole_with_room_reserved_ahead(family, surrogate):
-    """Room made after the prefill for every step: a generation past where rows would have grown runs through
-    fullgraph=True (which raises at any graph break) and gives the eager tokens, over the padded batch."""
+@pytest.mark.parametrize("family, batch", [("llama", "padded"), ("qwen3", "one")])
+def test_generation_compiles_whole_with_room_reserved_ahead(family, batch, surrogate):
+    """Room made ahead every 10 steps, outside the step: a generation past where rows would have grown (and past a
+    re-pack that reserving made) runs through fullgraph=True (which raises at any graph break) and gives the eager
+    tokens."""
     torch._dynamo.reset()
     model = pruning_model(family)
-    ids, mask = _prompt("padded")
+    ids, mask = _prompt(batch)
     steps = 3 * MIN_ROW_SLACK + 1
-    whole = lambda step: torch.compile(step, fullgraph=True, backend="aot_eager")
-    compiled, compiled_logits, compiled_ratio, _ = _greedy(model, surrogate, ids, mask, steps, whole, reserve=True)
+    whole = lambda step: torch.compile(step, fullgraph=True, backend="eager")  # dynamo's graph, run eagerly
+    compiled, compiled_logits, compiled_ratio, _ = _greedy(model, surrogate, ids, mask, steps, whole, reserve=10)
     eager, eager_logits, eager_ratio, _ = _greedy(model, surrogate, ids, mask, steps)
     assert torch.equal(compiled, eager)
     assert (compiled_logits - eager_logits).abs().max() <= 1e-4
@@ -101,7 +102,7 @@ def test_generation_compiles_whole_with_room_reserved_ahead(family, surrogate):
 
 
 def test_reserve_makes_room_without_moving_what_rows_keep(surrogate):
-    """reserve_decoding gives every row `steps` spare slots (a re-pack that keeps each row's entries in order) and
+    """reserve_room gives every row `steps` spare slots (a re-pack that keeps each row's entries in order) and
     refuses what it cannot serve by name."""
     model = pruning_model("llama")
     ids, _ = _prompt("one")
@@ -110,15 +111,51 @@ def test_reserve_makes_room_without_moving_what_rows_keep(surrogate):
         model(ids, past_key_values=cache)
     layer = cache.layers[0]
     before = [layer.packed_keys[s : s + n] for s, n in zip(layer.rows.starts, layer.rows.lengths)]
-    reserve_decoding(cache, 50)
+    reserve_room(cache, 50)
     assert layer.room >= 50
     assert all(c - n >= 50 for c, n in zip(layer.rows.capacities, layer.rows.lengths))
     after = [layer.packed_keys[s : s + n] for s, n in zip(layer.rows.starts, layer.rows.lengths)]
     assert all(torch.equal(a, b) for a, b in zip(after, before))
     capacities = layer.rows.capacities
-    reserve_decoding(cache, 10)  # room enough already: nothing moves
+    reserve_room(cache, 10)  # room enough already: nothing moves
     assert layer.rows.capacities == capacities
-    with pytest.raises(ValueError, match="steps must be an integer >= 0"):
-        reserve_decoding(cache, -1)
+    with pytest.raises(ValueError, match="tokens must be an integer >= 0"):
+        reserve_room(cache, -1)
     with pytest.raises(ValueError, match="run the prefill under the press first"):
-        reserve_decoding(DynamicCache(), 8)
+        reserve_room(DynamicCache(), 8)
+
+
+def _chunks(model, surrogate, ids, mask, chunks, compile_step=None):
+    """Prefill eagerly, then feed `chunks` (each (B, T) ids) one forward each, through `compile_step(step)` with
+    room made before each (outside the step), or eagerly; each chunk's leaving tokens are judged at once."""
+    press = KVzapPress(scorer(surrogate), threshold=0.0, window=WINDOW, decoding=True)
+    cache, logits = DynamicCache(), []
+    with torch.no_grad(), press(model):
+        model(ids, attention_mask=mask, past_key_values=cache)
+
+        def step(chunk, mask):
+            return model(chunk, attention_mask=mask, past_key_values=cache).logits
+
+        run = compile_step(step) if compile_step else step
+        for chunk in chunks:
+            mask = None if mask is None else torch.cat([mask, torch.ones_like(chunk)], -1)
+            if compile_step:
+                reserve_room(cache, chunk.shape[1])
+            logits.append(run(chunk, mask))
+    return torch.cat(logits, 1), press.compression_ratio
+
+
+@pytest.mark.parametrize("family, batch", [("llama", "one"), ("qwen3", "padded")])
+def test_a_chunk_step_compiles_whole_and_equals_eager(family, batch, surrogate):
+    """Multi-token forwards over a pruned cache (a prefill's later chunks, a question after a context): causal
+    attention over the kept rows and their windows, and the in-place verdict on each chunk's leaving tokens,
+    one graph under fullgraph=True, the eager logits and ratio."""
+    torch._dynamo.reset()
+    model = pruning_model(family)
+    ids, mask = _prompt(batch)
+    chunks = [random_tokens(12, seed=10 + i).expand(ids.shape[0], -1) for i in range(3)]
+    whole = lambda step: torch.compile(step, fullgraph=True, backend="eager")  # dynamo's graph, run eagerly
+    compiled, compiled_ratio = _chunks(model, surrogate, ids, mask, chunks, whole)
+    eager, eager_ratio = _chunks(model, surrogate, ids, mask, chunks)
+    assert (compiled - eager).abs().max() <= 1e-4
+    assert compiled_ratio == eager_ratio > 0.2

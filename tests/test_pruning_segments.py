@@ -34,12 +34,15 @@ def _per_row_reference(q, row_keys, row_values, window_keys, window_values, new_
     return out
 
 
-# (kernel, mask): the flash kernels take causal masks (or a single new token), the row loop any mask
+# (kernel, mask): the flash kernels take causal masks (or a single new token), the decoding kernel and the row
+# loop (the reference) any mask
 CASES = [
     ("rows", "arbitrary"),
     ("rows", "causal"),
     ("rows", "single"),
     ("decode", "single"),
+    ("decode", "causal"),
+    ("decode", "arbitrary"),
     ("flash", "causal"),
     ("varlen", "causal"),
     ("varlen", "single"),
@@ -120,9 +123,10 @@ def test_decode_kernel_equals_the_row_loop_on_random_layouts(seed, window, dtype
 
 def test_decode_kernel_serves_one_unmasked_token_on_cpu_and_restores_threads():
     q = torch.randn(4, 3, 8)
-    assert segments.applicable_kernels(q, None)[0] == "decode"
-    causal = torch.ones(1, 1, 3, 1, dtype=torch.bool)
-    assert "decode" not in segments.applicable_kernels(q, causal)  # a mask: the flash or row kernels
+    assert segments.applicable_kernels(q, None) == ["decode"]
+    causal = torch.ones(3, 3, dtype=torch.bool).tril()[None, None]
+    assert segments.applicable_kernels(q, causal) == ["flash", "decode"]  # a causal chunk: flash first
+    assert segments.applicable_kernels(q, ~causal) == ["decode"]  # the row loop serves none: it is the reference
     threads = torch.get_num_threads()
     packed = _random_packed(torch.Generator().manual_seed(0), [3, 0, 5, 2], [1, 0, 0, 2], 8)
     segments.segment_attention(q, packed, segments.Window(*torch.randn(2, 4, 2, 8), None), 2, 10**9)
@@ -244,7 +248,7 @@ def _largest_allocation(fn) -> int:
 FLASH_WORKSPACE = 1 << 21
 
 
-@pytest.mark.parametrize("kernel", ["rows", "flash"])
+@pytest.mark.parametrize("kernel", ["rows", "flash", "decode"])
 def test_no_tensor_outgrows_the_kept_cache(monkeypatch, kernel):
     """A 256-token forward over 4 rows pruned to about half: the old one-matmul attention allocated
     (all queries) x (all slots) scores, 68 MB here; segment attention stays within the kept cache's size

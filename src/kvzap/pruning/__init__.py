@@ -54,7 +54,7 @@ Threshold calibration (prefill ratios; one forward per text), from Python with
     python -m kvzap.training.calibrate --model-json M --surrogate S --texts t.json --targets 0.5 0.67 --out tau.json
 """
 
-from kvzap.pruning.cache import MaskedLayer, PrunedLayer, held_kv_bytes, reserve_decoding
+from kvzap.pruning.cache import MaskedLayer, PrunedLayer, held_kv_bytes, reserve_room
 from kvzap.pruning.kvzap_press import KVzapPress
 from kvzap.pruning.layer_fill_press import KVzapLayerFillPress
 from kvzap.pruning.scorer_presses import PrecomputedScorerPress, SurrogateScorerPress
@@ -70,5 +70,5 @@ __all__ = [
     "TopKPerHeadPress",
     "TopKPerLayerPress",
     "held_kv_bytes",
-    "reserve_decoding",
+    "reserve_room",
 ]

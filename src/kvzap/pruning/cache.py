@@ -182,7 +182,7 @@ class JudgedLayer(CacheLayerMixin):
         new_mask = _new_token_mask(attention_mask, self.seen, length, query.device, holds_real)
         window_pads = self.window_pads()
         padded = any(window_pads)
-        if padded:  # padding still in the window: a mask over the whole window, served by the row loop
+        if padded:  # padding still in the window: a mask over the whole window
             new_mask = _window_mask(new_mask, window_pads, self.window_len, length, query.device)
         if new_mask is not None:
             new_mask = new_mask.repeat(1, 1, group, 1)  # (B|1, 1, G*T, m): the queries of a row's heads together
@@ -345,8 +345,8 @@ class PrunedLayer(JudgedLayer):
         self.packed_keys, self.packed_values = keys.new_empty(0, dim), values.new_empty(0, dim)  # (slots, D)
         none = torch.zeros(n_rows, dtype=torch.long, device=keys.device)
         self.rows = Rows(none, none, none)  # each row's segment of packed_keys/values
-        # Single-token settles every row has spare slots for, known without reading the lengths (each adds at
-        # most one token per row): a decoding step reads nothing off the device until they run out.
+        # Leaving tokens every row has spare slots for, known without reading the lengths (a verdict on n tokens
+        # adds at most n per row): a decoding step (one per row) reads nothing off the device until they run out.
         self.room = 0
         self.grows = grows
 
@@ -367,8 +367,8 @@ class PrunedLayer(JudgedLayer):
         return layer
 
     def _settle(self, n, keep):
-        if n == 1 and self.room > 0:
-            self._settle_one(keep.reshape(-1))
+        if n <= self.room:
+            self._settle_in_place(n, keep)
             return
         batch, heads = keep.shape[:2]
         needed = self.rows.length + keep.sum(-1).flatten()  # (B * H,)
@@ -388,27 +388,33 @@ class PrunedLayer(JudgedLayer):
         self._keys.drop_front(n)
         self._values.drop_front(n)
 
-    def _settle_one(self, keep):
-        """A decoding step's single leaving token per row, in a few whole-tensor ops (no boolean indexing):
-        every row writes it into its first free slot, and only the kept ones count it (length); a dropped
-        one stays behind in the spare slot, which the row's next leaving token overwrites."""
-        self.room -= 1
-        rows = keep.shape[0]
-        slots = self.rows.start + self.rows.length
-        self.packed_keys.index_copy_(0, slots, self.dense_keys[:, :, 0].reshape(rows, -1))
-        self.packed_values.index_copy_(0, slots, self.dense_values[:, :, 0].reshape(rows, -1))
-        self.rows = self.rows.with_length(self.rows.length + keep)
-        self._keys.drop_front(1)
-        self._values.drop_front(1)
+    def _settle_in_place(self, n, keep):
+        """n leaving tokens per row that every row has spare slots for (`room`), in whole-tensor ops of fixed
+        shapes (no host read, no boolean indexing): row r writes all n into its n first free slots, its kept ones
+        first, in order, then its dropped ones, and counts only the kept (length); the dropped stay behind in spare
+        slots, which later tokens overwrite."""
+        self.room -= n
+        kept = keep.cumsum(-1)  # (B, H, n)
+        dropped = torch.arange(1, n + 1, device=keep.device) - kept
+        offset = torch.where(keep, kept - 1, kept[..., -1:] + dropped - 1)
+        slots = ((self.rows.start + self.rows.length).view(*keep.shape[:2], 1) + offset).flatten()
+        dim = self.packed_keys.shape[1]
+        self.packed_keys.index_copy_(0, slots, self.dense_keys[:, :, :n].reshape(-1, dim))
+        self.packed_values.index_copy_(0, slots, self.dense_values[:, :, :n].reshape(-1, dim))
+        self.rows = self.rows.with_length(self.rows.length + kept[..., -1].flatten())
+        self._keys.drop_front(n)
+        self._values.drop_front(n)
 
-    def reserve(self, steps: int) -> None:
-        """Spare slots in every row for `steps` more decoding steps (each settles at most one token per row), made
-        now: no step among them re-packs or reads a length, so a compiled loop over them is one graph."""
-        if steps <= self.room:
+    def reserve(self, tokens: int) -> None:
+        """Spare slots in every row for `tokens` more leaving tokens (a decoding step's one, or a chunk's), made
+        now: no forward among them re-packs or reads a length, so a compiled step over them is one graph. A
+        re-pack adds the usual spare on top, so calling this before every chunk re-packs only now and then."""
+        if tokens <= self.room:
             return
         used = self.rows.lengths
-        if any(n + steps > c for n, c in zip(used, self.rows.capacities)):
-            self._repack(torch.maximum(self.rows.capacity, self.rows.length + steps), used)
+        if any(n + tokens > c for n, c in zip(used, self.rows.capacities)):
+            wanted = self.rows.length + tokens
+            self._repack(torch.maximum(self.rows.capacity, wanted + _spare(self.rows.length)), used)
         self.room = min([c - n for c, n in zip(self.rows.capacities, used)] or [0])
 
     def _repack(self, capacity: torch.Tensor, used: list[int]) -> None:
@@ -447,7 +453,7 @@ class PrunedLayer(JudgedLayer):
             Window(self.dense_keys.reshape(rows, -1, dim), self.dense_values.reshape(rows, -1, dim), new_mask),
             heads,
             self.score_budget(),
-            **({"kernel": "rows"} if padded else {}),
+            **({"kernel": "decode"} if padded else {}),  # a mask over the whole window: the kernel that takes any
         )
         return out.view(batch, heads, queries, dim)
 
@@ -505,17 +511,18 @@ class MaskedLayer(JudgedLayer):
         return self._keys.nbytes + self._values.nbytes + self.dropped.nbytes + self._scores.nbytes
 
 
-def reserve_decoding(cache, steps: int) -> None:
-    """Make room in every pruned layer for `steps` decoding steps ahead (outside the step): a decoding loop that
-    calls this every `steps` steps runs a step compiled with torch.compile(fullgraph=True) throughout, where a
-    step that had to grow a row would read its length (a graph break). Costs at most `steps` slots per row."""
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
-        raise ValueError(f"steps must be an integer >= 0 (decoding steps to make room for), got {steps!r}")
+def reserve_room(cache, tokens: int) -> None:
+    """Make room in every pruned layer for `tokens` more leaving tokens per row (`tokens` decoding steps, or a
+    chunk of that many), outside the step: a loop that calls this every `tokens` tokens runs a step compiled with
+    torch.compile(fullgraph=True) throughout, where a step that had to grow a row would read its length (a graph
+    break). Costs at most `tokens` slots per row, plus the spare any re-pack adds."""
+    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
+        raise ValueError(f"tokens must be an integer >= 0 (leaving tokens to make room for), got {tokens!r}")
     layers = [layer for layer in getattr(cache, "layers", []) if isinstance(layer, PrunedLayer)]
     if not layers:
-        raise ValueError("reserve_decoding takes a cache a press has pruned (run the prefill under the press first)")
+        raise ValueError("reserve_room takes a cache a press has pruned (run the prefill under the press first)")
     for layer in layers:
-        layer.reserve(steps)
+        layer.reserve(tokens)
 
 
 def held_kv_bytes(cache) -> int:

@@ -2,20 +2,23 @@
 
 Row r's keys are its used slots `keys[starts[r] : starts[r] + lengths[r]]` (`Rows`) followed by its dense window; its
 G * T queries (a GQA group's heads over the T new tokens) see only those, so work and transient memory follow
-the kept cache. Four implementations, each exact against the masking reference:
+the kept cache. Four implementations, each exact against the masking reference, three of them serving:
 - `_varlen` (CUDA, half precision): two calls of PyTorch's flash varlen kernel for all rows at once, one over
   the kept slots (`seqused_k` skips the spare ones) and one over the windows, merged through their
   log-sum-exps: a fixed number of kernels per layer, whatever the number of rows. Its first use on a device
   is checked against the row loop (`kernel_trusted`); a mismatch stops the job (`KernelMismatch`).
-- `_decode` (CPU, queries that see everything: a decoding step's one new token): the windows' scores and
-  values in one batched matmul each, one softmax over a padded (Q, R, widest + W) score buffer, and per row
-  only the two matmuls over its segment, written in place through views made in bulk, on one thread: two
-  ops per row instead of the row loop's dozen, whose overhead dominates a decoding step of small rows. It
-  reads no length on the host, so a decoding step needs no device sync for it (and compiles without a break).
-- `_flash_rows` (CPU, causal multi-token forwards): row by row with the CPU flash kernel.
-- `_rows` (everything else): row by row, a chunk of queries at a time so that no score matrix exceeds the
-  budget. Rows never share a matmul: a block of n rows scoring every row's queries against all their
-  slots (other rows' masked) wastes (n - 1) / n of its work, and needs a per-slot owner to mask with.
+- `_decode` (every device, any mask; named for its first use, a decoding step's one new token): the windows'
+  scores and values in one batched matmul each, one softmax over a padded (Q, R, widest + W) score buffer (in
+  query blocks within the budget), and per row only the two matmuls over its segment, written in place
+  through views made in bulk, on one thread: two ops per row instead of the row loop's dozen, whose overhead
+  dominates a decoding step of small rows. It reads no length on the host, so a step it serves needs no device
+  sync for it and compiles whole: it serves CPU decoding, any masked or padded-window forward but the CPU's
+  causal chunks, and under torch.compile every forward that varlen does not.
+- `_flash_rows` (CPU, causal multi-token forwards, eager): row by row with the CPU flash kernel.
+- `_rows`: row by row, a chunk of queries at a time so that no score matrix exceeds the budget: the plain
+  reference the others are tested against, and that varlen's first use is checked against. Rows never share a
+  matmul in it: a block of n rows scoring every row's queries against all their slots (other rows' masked)
+  wastes (n - 1) / n of its work, and needs a per-slot owner to mask with.
 Each eager call counts the kernel that served it (`SERVED`, `kernels_served`): a run's provenance names its
 kernels (calls inside a torch.compile'd step are not counted).
 """
@@ -115,9 +118,10 @@ def segment_attention(
     """Exact softmax attention of each row's queries over its used slots and its window.
 
     q (R, Q, D), already scaled, R = B * H rows, Q = G * T queries per row (G heads of T tokens, head-major); a
-    window mask over the whole window (padding in it) needs kernel="rows". `heads` (H) maps a row to its batch
-    entry's mask, `budget` caps the row loop's score elements. Scores are float32, as in the masking reference.
-    kernel: "varlen", "decode", "flash" or "rows" (None: the fastest that applies). Returns (R, Q, D).
+    window mask over the whole window (padding in it) needs kernel="decode" (or "rows"). `heads` (H) maps a row to
+    its batch entry's mask, `budget` caps the score elements of a query block. Scores are float32, as in the
+    masking reference. kernel: "varlen", "decode", "flash" or "rows" (None: the fastest that applies). Returns
+    (R, Q, D).
     """
     if kernel is None:
         kernel = applicable_kernels(q, window.mask)[0]
@@ -128,23 +132,25 @@ def segment_attention(
     if kernel == "varlen":
         return _varlen(q, packed, window)
     if kernel == "decode":
-        return _decode(q, packed, window)
+        return _decode(q, packed, window, heads, budget)
     if kernel == "flash":
         return _flash_rows(q, packed, window)
     return _rows(q, packed, window, heads, budget)
 
 
 def applicable_kernels(q, new_mask) -> list[str]:
-    """The kernels that can serve these queries and this mask, fastest first."""
-    causal_or_single = new_mask is None or _is_causal(new_mask, q.shape[1])
+    """The kernels that can serve these queries and this mask, fastest first. Traced by torch.compile, a mask
+    is not read to see whether it is causal (a host read): masked queries then take the decoding kernel."""
+    if torch.compiler.is_compiling():
+        causal_or_single = new_mask is None
+    else:
+        causal_or_single = new_mask is None or _is_causal(new_mask, q.shape[1])
     found = []
     if q.is_cuda and q.dtype in VARLEN_DTYPES and varlen_attn is not None and causal_or_single:
         found.append("varlen")
-    if q.device.type == "cpu" and new_mask is None:
-        found.append("decode")  # every query sees all its row's keys: a decoding step's single new token
     if q.device.type == "cpu" and new_mask is not None and causal_or_single:
-        found.append("flash")  # for one new token, the row loop is faster (no copy of the kept keys)
-    return found + ["rows"]
+        found.append("flash")  # a causal chunk: no score buffer, no copy of the kept keys per block
+    return found + ["decode"]
 
 
 # (device, dtype, causal) -> how far the varlen kernel's first outputs there were from the row loop's, and their scale
@@ -225,9 +231,8 @@ def _used_views(tensor: torch.Tensor, starts: list[int], sizes: list[int], dim: 
     return list(tensor.split(parts, dim))[1::2]
 
 
-def _decode(q, packed: Packed, window: Window):
-    """All-visible queries (no mask): a decoding step's one new token per row, or any queries that see every
-    key of their row.
+def _decode(q, packed: Packed, window: Window, heads: int, budget: int):
+    """Each row's queries over its segment and window, the window's newest tokens masked by `window.mask`.
 
     Scores live in a (Q, R, widest + W) buffer: row r's segment (all its `capacity[r]` slots) fills its first
     key positions, its window the last W, and every position past the row's used slots is set to -inf (weight
@@ -237,17 +242,38 @@ def _decode(q, packed: Packed, window: Window):
     row's segment a matmul each, two in all. Sizing by capacity, which changes only at a re-pack, instead of
     by the used length, which changes every step, costs the spare slots' few percent of work and keeps the step
     free of host reads (no device sync per layer on a GPU, no graph break under torch.compile); the spare
-    slots hold finite values (zeros, or a dropped token), which weight 0 cancels.
+    slots hold finite values (zeros, or a dropped token), which weight 0 cancels. Queries go in blocks whose
+    buffer stays within `budget` elements (a decoding step's few queries are one block).
 
     bf16 and fp16 run in float32: on a CPU one row's small matmul costs several times more in bf16 (the library's
     per-call set-up) than casting its few hundred slots (without the cast, the demo's bf16 prefill-group job took
     2.1x its bare forwards).
     """
+    rows, queries, _ = q.shape
     with _one_thread():
-        if q.dtype == torch.float32:
-            return _decode_rows(q, packed, window)
-        wide = packed._replace(keys=packed.keys.float(), values=packed.values.float())
-        return _decode_rows(q.float(), wide, _float(window)).to(q.dtype)
+        wide = (q, packed, window)
+        if q.dtype != torch.float32:
+            wide = (q.float(), packed._replace(keys=packed.keys.float(), values=packed.values.float()), _float(window))
+        width = max([0, *packed.rows.capacities]) + window.keys.shape[1]
+        block = max(1, budget // max(1, rows * width))
+        if block >= queries:
+            return _decode_rows(*wide, _row_mask(window.mask, slice(None), heads, rows)).to(q.dtype)
+        out = torch.empty_like(q)
+        for q0 in range(0, queries, block):
+            part = slice(q0, q0 + block)
+            out[:, part] = _decode_rows(wide[0][:, part], *wide[1:], _row_mask(window.mask, part, heads, rows))
+        return out
+
+
+def _row_mask(mask: torch.Tensor | None, queries: slice, heads: int, rows: int) -> torch.Tensor | None:
+    """A (B|1, 1, Q, m) window mask -> (q, R, m) for the queries in `queries`: row r (= b * H + h) sees what batch
+    entry b's queries see (a view when one mask serves every row)."""
+    if mask is None:
+        return None
+    part = mask[:, 0, queries]  # (B|1, q, m)
+    if part.shape[0] == 1:
+        return part[0, :, None].expand(-1, rows, -1)
+    return part[:, None].expand(-1, heads, -1, -1).reshape(rows, *part.shape[1:]).transpose(0, 1)
 
 
 @contextmanager
@@ -267,7 +293,7 @@ def _one_thread():
         torch.set_num_threads(threads)
 
 
-def _decode_rows(q, packed: Packed, window: Window):
+def _decode_rows(q, packed: Packed, window: Window, visible: torch.Tensor | None):
     rows, queries, _ = q.shape
     starts, capacities = packed.rows.starts, packed.rows.capacities
     widest = max([0, *capacities])
@@ -287,7 +313,11 @@ def _decode_rows(q, packed: Packed, window: Window):
             torch.mm(q_rows[r], keys_t[r], out=kept_scores[r])
     unused = torch.arange(widest, device=q.device) >= packed.rows.length[:, None]  # (R, widest): spare, or no slot
     scores[..., :widest].masked_fill_(unused, -math.inf)
-    p = torch.softmax(scores.float(), -1).to(q.dtype)  # every row sees its window: the new token at least
+    if visible is not None:
+        scores[..., width - visible.shape[-1] :].masked_fill_(~visible, -math.inf)
+    p = torch.softmax(scores.float(), -1).to(q.dtype)  # a row sees its window's newest token at least...
+    if visible is not None:
+        p.nan_to_num_(0.0)  # ...but a padding query sees nothing: output 0, as sdpa gives
     out = torch.bmm(p[..., widest:].transpose(0, 1), window.values)  # (R, Q, D)
     weights = _used_views(p.view(queries, -1), layout, capacities, 1)
     values = _used_views(packed.values, starts, capacities)

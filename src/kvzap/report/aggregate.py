@@ -3,7 +3,7 @@
 results.csv          one row per cell: model, benchmark, subset, method, value, compression ratio, samples and how many
                      were past the model's positions, surrogate seeds (scores are their mean; seed:<seed>, each
                      one's average), the attention that served it (implementation, segment kernels, device;
-                     "⚠ row loop on GPU" where the row loop stood in for varlen), scores, per-task, and each score's
+                     "⚠ no varlen on GPU" where varlen never served a GPU cell), scores, per-task, and each score's
                      95 % interval (ci_low:<score>, ci_high:<score>; kvzap.intervals)
 surrogates.csv       Table 1: mean R^2 per model and surrogate kind
 best.csv             Table 2: the KVzap configuration fixed per model (--table2), full cache -> KVzap score and
@@ -75,12 +75,12 @@ def cell_row(path: Path) -> dict:
 
 
 def attention_columns(record: dict | None) -> dict:
-    """What served a cell (kvzap.evaluation.attention_record), and a warning to see where the row loop served it on a
-    GPU; both empty for a cell written before cells recorded it."""
-    warning = record is not None and attention_record.row_loop_on_gpu(record)
+    """What served a cell (kvzap.evaluation.attention_record), and a warning where the fused varlen kernel never
+    served it on a GPU; both empty for a cell written before cells recorded it."""
+    warning = record is not None and attention_record.varlen_missing_on_gpu(record)
     return {
         "attention": attention_record.describe(record),
-        "attention_warning": attention_record.ROW_LOOP_ON_GPU if warning else "",
+        "attention_warning": attention_record.VARLEN_MISSING_ON_GPU if warning else "",
     }
 
 
