@@ -10,6 +10,8 @@ pruned by a per-head threshold on random scores (rows keep different counts, as 
 `--queries` new tokens over it is compared with the same forward over the unpruned dense cache (sdpa), and
 its logits with those of the masking reference (kvzap's MaskedLayer, the same entries dropped). `--compile`
 also times both forwards through torch.compile (inductor), each compiled and warmed up before it is timed.
+`--kernel` serves the pruned forwards with that segment kernel instead of the one the library picks (a
+comparison of kernels, each against the dense forward of its own run).
 
 Prefill records (`--prefill-contexts`): a prompt (random ids; the demo model reads offline text) is prefilled
 under KVzapPress with a seeded random linear surrogate, τ calibrated to each `--ratios` on separate ids,
@@ -30,6 +32,7 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+from unittest import mock
 
 import torch
 from torch.profiler import ProfilerActivity, profile
@@ -38,10 +41,10 @@ from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
 from eviction import DEFAULT_MODEL, offline_text
 from kvzap.atomic import atomic_write_json
 from kvzap.prepare.models import ensure_prepared, load
-from kvzap.pruning import KVzapPress, MaskedLayer, PrunedLayer, SurrogateScorerPress
+from kvzap.pruning import KVzapPress, MaskedLayer, PrunedLayer, SurrogateScorerPress, segments
 from kvzap.pruning.attention import use_kvzap_attention
 from kvzap.pruning.calibration import collect_scores, threshold_for
-from kvzap.pruning.segments import applicable_kernels
+from kvzap.pruning.segments import KERNELS
 from kvzap.surrogate.model import Surrogate
 from records import cpu_flags, nonnegative_int, output_file, positive_int, print_table, unit_fraction
 
@@ -106,10 +109,18 @@ def judged_copy(cache: DynamicCache, keeps: list[torch.Tensor], kind=PrunedLayer
 
 
 def segment_kernel(model, queries: int) -> str:
-    """The segment-attention kernel that a forward of `queries` new tokens gets on this model's device and dtype."""
+    """The segment-attention kernel that a forward of `queries` new tokens gets on this model's device and dtype
+    (the forced one under `forced_kernel`)."""
     probe = torch.empty(1, queries, 1, dtype=model.dtype, device=model.device)
     causal = torch.ones(queries, queries, dtype=torch.bool, device=model.device).tril()[None, None]
-    return applicable_kernels(probe, None if queries == 1 else causal)[0]
+    return segments.applicable_kernels(probe, None if queries == 1 else causal)[0]
+
+
+def forced_kernel(kernel: str | None):
+    """Every segment-attention call picks `kernel` (None: the library's choice) while the block runs."""
+    if kernel is None:
+        return contextlib.nullcontext()
+    return mock.patch.object(segments, "applicable_kernels", lambda q, mask: [kernel])
 
 
 def forward(model, cache: DynamicCache, ids: torch.Tensor, context: int) -> torch.Tensor:
@@ -286,6 +297,7 @@ def main() -> None:
     parser.add_argument("--dtype", choices=sorted(DTYPES), default=None, help="default: bfloat16 on GPU, else float32")
     parser.add_argument("--threads", type=positive_int, default=1)
     parser.add_argument("--compile", action="store_true", help="also time the query forwards under torch.compile")
+    parser.add_argument("--kernel", choices=KERNELS, default=None, help="serve the query records with this kernel")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -304,7 +316,8 @@ def main() -> None:
     records = []
     for context in args.contexts:
         for ratio in args.ratios:
-            records.append(measure(model, context, args.queries, ratio, args.window, args.repeats, args.compile))
+            with forced_kernel(args.kernel):
+                records.append(measure(model, context, args.queries, ratio, args.window, args.repeats, args.compile))
             r = records[-1]
             cells = ", ".join(f"{k} {r['peak_mb'][k]:.1f} / {r['ms'][k]:.1f}" for k in ("full", "pruned"))
             print(

@@ -221,6 +221,10 @@ def attention_rows() -> list[list[str]]:
             joined((q["peak_mb_vs_full"] for q in queries), 3),
         ],
         ["the same: time", joined((q["ms_vs_full"] for q in queries), 2)],
+        [
+            "the same through the decoding kernel (what a compiled chunk step runs; eager CPU chunks run flash): time",
+            joined((q["ms_vs_full"] for q in rec("cpu/queries_paper_decode_kernel.json")), 2),
+        ],
         [f"one-token decode step, one layer, at {steps}: time", joined((d["ms_vs_full"] for d in decode), 2)],
         [
             f"the same at {cells}: time eager / compiled (torch.compile, both caches)",

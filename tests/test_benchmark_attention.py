@@ -32,6 +32,8 @@ def test_attention_script_writes_query_and_prefill_records(tmp_path):
             "0.5",
             "--repeats",
             "1",
+            "--kernel",
+            "decode",  # the query record's chunk through the decoding kernel; the prefill keeps the library's choice
             "--out",
             str(out),
         ],
@@ -43,7 +45,8 @@ def test_attention_script_writes_query_and_prefill_records(tmp_path):
     query, prefill = json.loads(out.read_text())
     assert query["query_tokens"] == 64 and abs(query["compression_ratio"] - 0.5 * (600 - 128) / 600) < 0.02
     assert prefill["context_tokens"] == 700 and prefill["chunk_tokens"] == 256
-    assert query["segment_kernel"] == prefill["segment_kernel"] == "flash"  # CPU, causal multi-token forwards
+    assert query["segment_kernel"] == "decode" and query["logits_max_diff_vs_masking"] <= 1e-4
+    assert prefill["segment_kernel"] == "flash"  # CPU, causal multi-token forwards
     assert set(prefill["peak_mb"]) == set(prefill["ms"]) == {"dense", "whole", "chunked"}
     # calibrated on other ids, so near the target; chunks see a pruned cache, so their scores differ a little
     assert abs(prefill["compression_ratio"] - 0.5) < 0.15 and abs(prefill["whole_compression_ratio"] - 0.5) < 0.15
