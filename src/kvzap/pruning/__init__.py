@@ -49,6 +49,9 @@ Forwards with gradients enabled work; a backward through a pruned cache is refus
 Attention over a pruned layer is segment attention (kvzap.pruning.segments): each (batch, kv-head) row's
 query heads read only that row's kept entries, so memory and time follow the kept cache.
 
+Under torch.compile, a step over a pruned cache is one graph while every row has spare slots for the tokens that
+leave its window; `reserve_room(cache, n)`, called outside the step, makes room for n more (docs/library.md).
+
 Threshold calibration (prefill ratios; one forward per text), from Python with
 `kvzap.pruning.calibration.calibrate(collect_scores(model, ids, scorer), targets)` or from the shell:
     python -m kvzap.training.calibrate --model-json M --surrogate S --texts t.json --targets 0.5 0.67 --out tau.json

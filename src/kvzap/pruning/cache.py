@@ -331,7 +331,7 @@ class PrunedLayer(JudgedLayer):
     """Physical eviction: kept tokens of all rows share one packed buffer, the window stays dense.
 
     Row r (= b * H + h) owns the contiguous slots [start[r], start[r] + capacity[r]) of `packed_keys`, the
-    first length[r] of them used, the rest spare (never read). Attention is segment attention
+    first length[r] of them used, the rest spare (read with weight 0 at most). Attention is segment attention
     (`kvzap.pruning.segments`): each row's queries see only its used slots and its window, in chunks of at
     most `score_budget()` scores, so time and transient memory follow the kept entries.
     """
