@@ -108,12 +108,17 @@ def judged_copy(cache: DynamicCache, keeps: list[torch.Tensor], kind=PrunedLayer
     return judged, statistics.mean(removed)
 
 
+def serving_kernels(queries: int, dtype: torch.dtype, device) -> list[str]:
+    """The segment-attention kernels that can serve a forward of `queries` new tokens on this device and dtype,
+    the library's choice first (the forced one under `forced_kernel`), then the reference row loop."""
+    probe = torch.empty(1, queries, 1, dtype=dtype, device=device)
+    causal = torch.ones(queries, queries, dtype=torch.bool, device=device).tril()[None, None]
+    return segments.applicable_kernels(probe, None if queries == 1 else causal) + ["rows"]
+
+
 def segment_kernel(model, queries: int) -> str:
-    """The segment-attention kernel that a forward of `queries` new tokens gets on this model's device and dtype
-    (the forced one under `forced_kernel`)."""
-    probe = torch.empty(1, queries, 1, dtype=model.dtype, device=model.device)
-    causal = torch.ones(queries, queries, dtype=torch.bool, device=model.device).tril()[None, None]
-    return segments.applicable_kernels(probe, None if queries == 1 else causal)[0]
+    """The segment-attention kernel that a forward of `queries` new tokens gets on this model's device and dtype."""
+    return serving_kernels(queries, model.dtype, model.device)[0]
 
 
 def forced_kernel(kernel: str | None):
@@ -302,6 +307,13 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     dtype = DTYPES[args.dtype or ("bfloat16" if device == "cuda" else "float32")]
+    if args.kernel:
+        serving = serving_kernels(args.queries, dtype, device)
+        if args.kernel not in serving:
+            parser.error(
+                f"--kernel {args.kernel} cannot serve {args.queries}-token forwards in {dtype} on {device}: "
+                f"pick one of {', '.join(serving)}"
+            )
     if args.model == "demo":
         model, tokenizer = demo_model(args.model_json, dtype, device)
         ids = tokenizer(offline_text(), return_tensors="pt").input_ids.to(device)

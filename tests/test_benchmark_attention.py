@@ -66,3 +66,12 @@ def test_decode_record_compares_with_masking_and_compiles(tmp_path):
     assert set(record["compiled_ms"]) == {"full", "pruned"} and min(record["compiled_ms"].values()) > 0
     assert record["compiled_ms_vs_full"] == record["compiled_ms"]["pruned"] / record["compiled_ms"]["full"]
     assert record["cpu_flags"] and record["dtype"] == "float32"
+
+
+def test_a_kernel_that_cannot_serve_the_forward_is_refused_before_any_work(tmp_path):
+    command = [sys.executable, str(ROOT / "benchmarks" / "attention.py"), "--contexts", "600", "--queries", "1"]
+    command += ["--kernel", "flash", "--out", str(tmp_path / "x.json")]
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    run = subprocess.run(command, env=env, capture_output=True, text=True)
+    assert run.returncode == 2 and "--kernel flash cannot serve 1-token forwards" in run.stderr
+    assert "pick one of decode, rows" in run.stderr and not (tmp_path / "x.json").exists()

@@ -384,7 +384,7 @@ class PrunedLayer(JudgedLayer):
         self.packed_keys[slots] = self.dense_keys[:, :, :n][keep]
         self.packed_values[slots] = self.dense_values[:, :, :n][keep]
         self.rows = self.rows.with_length(needed)
-        self.room = min([c - used for c, used in zip(self.rows.capacities, lengths)] or [0])
+        self._set_room(lengths)
         self._keys.drop_front(n)
         self._values.drop_front(n)
 
@@ -405,6 +405,10 @@ class PrunedLayer(JudgedLayer):
         self._keys.drop_front(n)
         self._values.drop_front(n)
 
+    def _set_room(self, lengths: list[int]) -> None:
+        """`room` once row r uses lengths[r] slots: the fewest spare slots of any row (0 for a layer of no rows)."""
+        self.room = min([c - n for c, n in zip(self.rows.capacities, lengths)] or [0])
+
     def reserve(self, tokens: int) -> None:
         """Spare slots in every row for `tokens` more leaving tokens (a decoding step's one, or a chunk's), made
         now: no forward among them re-packs or reads a length, so a compiled step over them is one graph. A
@@ -415,7 +419,7 @@ class PrunedLayer(JudgedLayer):
         if any(n + tokens > c for n, c in zip(used, self.rows.capacities)):
             wanted = self.rows.length + tokens
             self._repack(torch.maximum(self.rows.capacity, wanted + _spare(self.rows.length)), used)
-        self.room = min([c - n for c, n in zip(self.rows.capacities, used)] or [0])
+        self._set_room(used)
 
     def _repack(self, capacity: torch.Tensor, used: list[int]) -> None:
         """Give row r `capacity[r]` slots; its `used[r]` used slots move to the head of its new segment, in order
