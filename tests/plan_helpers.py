@@ -19,9 +19,14 @@ def planned(config: dict) -> dict:
     return overlays.checked(copy.deepcopy(config))
 
 
-OVERLAYS = {"rehearsal.yaml": "paper.yaml", "paper_small_recipes.yaml": "paper_small.yaml"}  # overlay: its base
+OVERLAYS = {  # overlay: the files under it, base first
+    "rehearsal.yaml": ["paper.yaml"],
+    "paper_small_recipes.yaml": ["paper_small.yaml"],
+    "paper_small_2k.yaml": ["paper_small.yaml", "paper_small_recipes.yaml"],
+}
 
 
 def config_files(name: str) -> list[Path]:
-    """The files a run of the shipped config `name` passes to --configfile: its base first, if it is an overlay."""
-    return [ROOT / "config" / base for base in [OVERLAYS.get(name)] if base] + [ROOT / "config" / name]
+    """The files a run of the shipped config `name` passes to --configfile: those under it first, if it is an
+    overlay."""
+    return [ROOT / "config" / base for base in OVERLAYS.get(name, [])] + [ROOT / "config" / name]

@@ -125,7 +125,7 @@ def test_fit_claim_reads_the_intervals():
 def test_a_run_on_disk_becomes_a_record(tmp_path, monkeypatch):
     """load_cells reads the cells a run wrote (predictions.csv, metrics.json as the job writes them), seeds averaged
     per sample; build names every claim and every cell's tasks."""
-    from kvzap.evaluation.predictions import write_predictions
+    from kvzap.evaluation.predictions import seed_averages, write_predictions
     from kvzap.evaluation.suites import ruler
     from kvzap.plan import paths
     from kvzap.plan.sweep import cells as config_cells
@@ -157,6 +157,7 @@ def test_a_run_on_disk_becomes_a_record(tmp_path, monkeypatch):
         folder = Path(paths.cell_dir(config["results"], c))
         folder.mkdir(parents=True)
         metrics = ruler.score(rows) | {"compression_ratio": float(rows["compression_ratio"].mean()), "model": c.model}
+        metrics["seeds"] = seed_averages(ruler.score, rows)
         metrics["json_columns"] = write_predictions(rows, folder / "predictions.csv")
         (folder / "metrics.json").write_text(json.dumps(metrics))
         written += 1
@@ -164,6 +165,12 @@ def test_a_run_on_disk_becomes_a_record(tmp_path, monkeypatch):
     assert len(loaded) == written and all(len(c.samples) == 12 for c in loaded)
     mlp = next(c for c in loaded if c.method == "kvzap_mlp")
     assert mlp.samples["score"].tolist() == [1.0] * 12  # two seeds' rows, one sample each
+    by_seed = claims.load_cells(config, by_seed=True)  # each seeded cell, then each of its seeds alone
+    seeded = [c for c in by_seed if c.seed is not None]
+    assert len(by_seed) == written + len(seeded) and {c.method for c in seeded} == {"kvzap_mlp"}
+    assert sorted({c.seed for c in seeded}) == [42, 43]
+    assert len(seeded) == 2 * sum(c.method == "kvzap_mlp" for c in loaded)
+    assert all(len(c.samples) == 12 and c.metrics["average"] == 100.0 and f"seed {c.seed}" in c.label for c in seeded)
     (tmp_path / "run.yaml").write_text(json.dumps(config))  # JSON is YAML
     claims.main(["--config", "run.yaml", "--stage-s", "oracle=10", "evaluation=2", "--out", "record.json"])
     record = json.loads((tmp_path / "record.json").read_text())

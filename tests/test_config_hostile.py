@@ -358,3 +358,20 @@ def test_an_entrys_own_sweep_replaces_the_models_thresholds_and_the_ratios_there
     config["evaluation"]["benchmarks"]["few"]["ratios"] = [1.5]
     with pytest.raises(ConfigError, match=r"evaluation\.benchmarks\.few\.ratios\[0\] = 1\.5"):
         checks.check(config)
+
+
+def test_plan_cli_prints_one_entrys_cells_as_targets():
+    """--targets: exactly the metrics.json of the entry's cells, nothing else on stdout (it feeds snakemake), and an
+    unknown entry is refused with the entries there are."""
+    files = [str(f) for f in config_files("paper_small_2k.yaml")]
+    result = subprocess.run(
+        [sys.executable, "-m", "kvzap.plan", *files, "--targets", "ruler-2k"], capture_output=True, text=True
+    )
+    targets = result.stdout.split()
+    assert result.returncode == 0, result.stderr
+    assert len(targets) == 10 and all(t.endswith("/metrics.json") and "/ruler-2k/2048/" in t for t in targets)
+    assert {t.split("/")[2] for t in targets} == {"smollm2-135m", "smollm2-135m-demo-recipe"}
+    wrong = subprocess.run(
+        [sys.executable, "-m", "kvzap.plan", *files, "--targets", "ruler-9k"], capture_output=True, text=True
+    )
+    assert wrong.returncode != 0 and "ruler-2k" in wrong.stderr and "ruler-9k" in wrong.stderr

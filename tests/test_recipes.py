@@ -1,5 +1,6 @@
 """Training recipes compared (kvzap.ablations.recipes): every surrogate on every recipe's held-out text, R^2 as
-computed by hand, and KVzap cells paired across recipes by sample id at matched compression."""
+computed by hand, and KVzap cells paired across recipes (and an MLP with its recipe's Linear) by sample id at matched
+compression."""
 
 import numpy as np
 import torch
@@ -59,3 +60,24 @@ def test_cells_pair_across_recipes_by_sample_at_matched_ratios():
     assert rows["demo", "kvzap_mlp"]["vs_other_recipe"]["recipe"] == "paper"
     assert rows["demo", "kvzap_mlp"]["vs_full"]["difference"] < 0
     assert "vs_other_recipe" not in rows["demo", "kvzap_linear"]  # no Linear cell of the other recipe
+
+
+def test_each_mlp_seed_meets_its_recipes_linear_and_the_same_seed_of_the_other_recipe():
+    linear = cell("kvzap_linear", "-2.6", [1] * 40, 0.70, bench="2k")
+    seeds = {42: cell("kvzap_mlp", "-2.6", [1] * 40, 0.69, bench="2k"), 43: cell("kvzap_mlp", "-2.6", [0] * 40, 0.71)}
+    other = cell("kvzap_mlp", "-2.6", [1] * 20 + [0] * 20, 0.68, bench="2k")
+    far_linear = cell("kvzap_linear", "-1.6", [0] * 40, 0.80, bench="2k")
+    for seed, c in seeds.items():
+        c.seed, c.bench = seed, "2k"
+        c.metrics["model"] = "paper"
+    other.seed = 43
+    for c, model in ((linear, "paper"), (other, "demo"), (far_linear, "paper")):
+        c.metrics["model"] = model
+    rows = recipes.accuracy([linear, far_linear, *seeds.values(), other])
+    by = {(r["recipe"], r["method"], r["seed"]): r for r in rows}
+    assert by["paper", "kvzap_mlp", 42]["vs_linear"]["difference"] == 0  # both keep every needle
+    assert by["paper", "kvzap_mlp", 43]["vs_linear"]["difference"] == -100
+    assert "-2.6" in by["paper", "kvzap_mlp", 43]["vs_linear"]["b"]  # the Linear cell at 0.70, not the one at 0.80
+    assert by["paper", "kvzap_mlp", 43]["vs_other_recipe"]["recipe"] == "demo"  # seed 43 meets seed 43 only
+    assert "vs_other_recipe" not in by["paper", "kvzap_mlp", 42]
+    assert "vs_linear" not in by["paper", "kvzap_linear", None]

@@ -47,6 +47,7 @@ class Cell:
     value: str
     metrics: dict
     samples: pd.DataFrame  # sample_id (index), task, score, ratio
+    seed: int | None = None  # one surrogate seed's runs of a seeded cell (load_cells(by_seed=True)); None: all
 
     @property
     def ratio(self) -> float:
@@ -54,11 +55,13 @@ class Cell:
 
     @property
     def label(self) -> str:
-        return f"{self.method} {self.value} (ratio {self.ratio:.2f})"
+        seed = "" if self.seed is None else f" seed {self.seed}"
+        return f"{self.method} {self.value}{seed} (ratio {self.ratio:.2f})"
 
 
-def load_cells(config: dict) -> list[Cell]:
-    """Every RULER cell of the config that exists under its results root (a run may be partial)."""
+def load_cells(config: dict, by_seed: bool = False) -> list[Cell]:
+    """Every RULER cell of the config that exists under its results root (a run may be partial); by_seed: a seeded
+    cell also as one Cell per surrogate seed, after the cell itself (whose per-sample score is the seeds' mean)."""
     out = []
     for cell in config_cells(config):
         if config["evaluation"]["benchmarks"][cell.bench]["benchmark"] != "ruler":
@@ -72,10 +75,20 @@ def load_cells(config: dict) -> list[Cell]:
             score=[ruler_score(t, p, list(a)) for t, p, a in zip(rows["task"], rows["prediction"], rows["answers"])],
             ratio=rows["compression_ratio"],
         )
-        samples = rows.groupby("sample_id", sort=False).agg(task=("task", "first"), score=("score", "mean"))
-        samples["ratio"] = rows.groupby("sample_id", sort=False)["ratio"].mean()
-        out.append(Cell(cell.bench, cell.method, cell.value, metrics, samples))
+        out.append(Cell(cell.bench, cell.method, cell.value, metrics, _per_sample(rows)))
+        if by_seed and "seed" in rows:
+            for seed, own in rows.groupby("seed", sort=True):
+                ratio = float(own["ratio"].mean())
+                seed_metrics = metrics | {"compression_ratio": ratio, "average": metrics["seeds"][str(seed)]}
+                out.append(Cell(cell.bench, cell.method, cell.value, seed_metrics, _per_sample(own), int(seed)))
     return out
+
+
+def _per_sample(rows: pd.DataFrame) -> pd.DataFrame:
+    """sample_id (index), task, score and ratio, each the mean over the sample's rows (one per surrogate seed)."""
+    samples = rows.groupby("sample_id", sort=False).agg(task=("task", "first"), score=("score", "mean"))
+    samples["ratio"] = rows.groupby("sample_id", sort=False)["ratio"].mean()
+    return samples
 
 
 def record_cells(cells: list[Cell], context: dict) -> list[dict]:
@@ -136,7 +149,7 @@ def _of(cells: list[Cell], method: str, bench: str | None = None) -> list[Cell]:
     return [c for c in cells if c.method == method and (bench is None or c.bench == bench)]
 
 
-def _nearest(cells: list[Cell], ratio: float) -> Cell | None:
+def nearest(cells: list[Cell], ratio: float) -> Cell | None:
     close = [c for c in cells if abs(c.ratio - ratio) <= MATCH]
     return min(close, key=lambda c: abs(c.ratio - ratio)) if close else None
 
@@ -207,7 +220,7 @@ def matches_reference(cells: list[Cell], claim: str, paper: str, method: str, re
     diffs = []
     for ref in _of(cells, reference):
         for m in which:
-            match = _nearest(_of(cells, m, ref.bench), ref.ratio)
+            match = nearest(_of(cells, m, ref.bench), ref.ratio)
             if match is not None:
                 diffs.append(difference(match, ref))
     if not _of(cells, reference):
@@ -247,7 +260,7 @@ def threshold_beats_topk(cells: list[Cell]) -> dict:
     diffs = []
     for topk in ("kvzap_mlp_head", "kvzap_mlp_layer"):
         for cell in _of(cells, topk):
-            match = _nearest(_of(cells, "kvzap_mlp", cell.bench), cell.ratio)
+            match = nearest(_of(cells, "kvzap_mlp", cell.bench), cell.ratio)
             if match is not None:
                 diffs.append(difference(match, cell))
     if not diffs:

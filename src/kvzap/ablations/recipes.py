@@ -19,7 +19,7 @@ import torch
 from kvzap import dtypes
 from kvzap.ablations.training_data import benchmark_pairs
 from kvzap.atomic import atomic_write_json
-from kvzap.claims import FLOOR, MATCH, Cell, difference, informative_tasks, load_cells, on_tasks
+from kvzap.claims import FLOOR, Cell, difference, informative_tasks, load_cells, nearest, on_tasks
 from kvzap.evaluation.suites import benchmark_module
 from kvzap.plan import overlays, paths
 from kvzap.plan.inputs import surrogate_seeds
@@ -85,25 +85,36 @@ def context_fits(config: dict, bench_name: str, n_contexts: int) -> list[dict]:
 
 
 def accuracy(cells: list[Cell]) -> list[dict]:
-    """Each recipe's KVzap cells against the full cache and against the other recipes' same method at the nearest
-    ratio (within MATCH), on the samples both scored."""
-    full = max((c for c in cells if c.method == "full"), key=lambda c: len(c.samples), default=None)
+    """Each recipe's KVzap cells (their seeds' mean, and each seed alone) against the full cache of their entry,
+    against the other recipes' same method and seed at the nearest ratio, and, for an MLP, against its own recipe's
+    Linear at the nearest ratio (within MATCH), on the samples both scored."""
     rows = []
     for cell in cells:
         if cell.method not in ("kvzap_linear", "kvzap_mlp"):
             continue
         model = cell.metrics["model"]
-        row = {"recipe": model, "bench": cell.bench, "method": cell.method, "value": cell.value}
+        row = {"recipe": model, "bench": cell.bench, "method": cell.method, "value": cell.value, "seed": cell.seed}
         row |= {"ratio": round(cell.ratio, 4), "n_samples": len(cell.samples), "score": cell.metrics["average"]}
+        full = _widest([c for c in cells if c.method == "full" and c.bench == cell.bench]) or _widest(
+            [c for c in cells if c.method == "full"]
+        )
         if full is not None:
             row["vs_full"] = difference(cell, full)
-        others = [c for c in cells if c.method == cell.method and c.metrics["model"] != model]
-        others = [c for c in others if abs(c.ratio - cell.ratio) <= MATCH]
-        if others:
-            other = min(others, key=lambda c: abs(c.ratio - cell.ratio))
+        same = [c for c in cells if c.method == cell.method and c.seed == cell.seed]
+        other = nearest([c for c in same if c.metrics["model"] != model], cell.ratio)
+        if other is not None:
             row["vs_other_recipe"] = {"recipe": other.metrics["model"], **difference(cell, other)}
+        if cell.method == "kvzap_mlp":
+            linear = [c for c in cells if c.method == "kvzap_linear" and c.bench == cell.bench]
+            linear = nearest([c for c in linear if c.metrics["model"] == model], cell.ratio)
+            if linear is not None:
+                row["vs_linear"] = difference(cell, linear)
         rows.append(row)
     return rows
+
+
+def _widest(cells: list[Cell]) -> Cell | None:
+    return max(cells, key=lambda c: len(c.samples), default=None)
 
 
 def settings(config: dict) -> dict:
@@ -135,7 +146,7 @@ def main(argv: list[str] | None = None) -> None:
     bench = args.bench or ruler[0]
     if bench not in ruler:
         raise Refusal(f"--bench {bench}: not a RULER entry of the config; use one of {ruler}.")
-    cells = load_cells(config)
+    cells = load_cells(config, by_seed=True)
     tasks = informative_tasks(cells)  # as kvzap.claims judges: where the full cache scores FLOOR points or more
     record = {
         "cpu_flags": dtypes.matmul_flags(),
@@ -149,7 +160,7 @@ def main(argv: list[str] | None = None) -> None:
     for row in record["r2"]:
         print(f"{row['recipe']:>28} {row['surrogate']:>10} on {row['on']:<40} R^2 {row['r2']:.3f} {row['ci']}")
     for row in record["accuracy"]:
-        print({k: row[k] for k in ("recipe", "bench", "method", "value", "ratio", "score", "n_samples")})
+        print({k: row[k] for k in ("recipe", "bench", "method", "value", "seed", "ratio", "score", "n_samples")})
 
 
 if __name__ == "__main__":
