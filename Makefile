@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 CORES ?= $(shell nproc 2>/dev/null || sysctl -n hw.ncpu 2>/dev/null || echo 2)
 PIP := $(PY) -m pip install -q
 
-.PHONY: setup setup-test setup-gemma setup-vllm demo paper-small paper-small-recipes test lint report dry-run prefetch \
+.PHONY: setup setup-test setup-gemma setup-vllm demo paper-small paper-small-recipes paper-small-2k test lint report dry-run prefetch \
   rehearsal clean
 
 TOKENIZERS := .cache/tokenizers
@@ -97,11 +97,23 @@ paper-small-recipes: setup
 	$(PY) -m kvzap.ablations.recipes --config config/paper_small.yaml config/paper_small_recipes.yaml \
 	  --out results/paper-small/recipes.json
 
+# The 2k question (config/paper_small_2k.yaml): both recipes, every MLP seed, at 2,048 tokens, only that entry's cells
+# (sharing the oracle data and surrogates of paper-small and paper-small-recipes), then both recipes compared there.
+PAPER_SMALL_2K := config/paper_small.yaml config/paper_small_recipes.yaml config/paper_small_2k.yaml
+paper-small-2k: setup
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" snakemake --cores $(CORES) \
+	  $$($(PY) -m kvzap.plan $(PAPER_SMALL_2K) --targets ruler-2k) --configfile $(PAPER_SMALL_2K) && \
+	$(PY) -m kvzap.ablations.recipes --config $(PAPER_SMALL_2K) --bench ruler-2k --n-contexts 4 \
+	  --out results/paper-small/recipes_2k.json
+
 dry-run: setup
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" snakemake -n
 
+# One pytest-xdist worker per core (at most 4: a worker holds up to a few GB), each test file on one worker so that
+# its module fixtures are built once; TEST_WORKERS=0 runs in this process.
+TEST_WORKERS ?= $(shell n=$(CORES); echo $$(( n < 4 ? n : 4 )))
 test: setup-test
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" python -m pytest
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" python -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 # ruff (lint and format, line length 120), snakefmt for the workflow, and Snakemake's own linter; CI runs it.
 lint: setup-test

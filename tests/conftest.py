@@ -13,6 +13,12 @@ import torch
 # answers run a fake Hub (tests/fake_hub.py) in a child process with its own environment.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+# `make test` runs pytest-xdist workers, one per core: each on one intra-op thread, and so are the commands its tests
+# start, or two workers' threads would contend for the cores (a starved thread's spin-waits slowed some tests 20x).
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ["OMP_NUM_THREADS"] = "1"
+    torch.set_num_threads(1)
+
 from tiny_pruning import tiny_surrogate
 
 
