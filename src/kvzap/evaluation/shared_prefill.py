@@ -167,19 +167,18 @@ def kept_rows(model, prefill: Prefill, press) -> KeptCell:
     return KeptCell(layers, float(press.compression_ratio))
 
 
-def batched_cache(groups: list[tuple[Prefill, list[KeptCell]]], heads: int, packed: bool = False) -> DynamicCache:
+def batched_cache(groups: list[tuple[Prefill, list[KeptCell]]], heads: int) -> DynamicCache:
     """One cache holding, prefill by prefill, a batch row per cell with that cell's kept entries, layer by layer (a
     sliding layer: the prefill's bounded layer, repeated for its cells). Prefills shorter than the longest are
     left-padded to it: in a pruned layer the padding is counted, never stored; in a sliding layer it is zeros that
-    the decode's attention mask hides. A full-attention layer is each prefill once with its cells' masks where it can
-    be; packed=True gives every one packed rows instead (benchmarks/group_row.py times both)."""
+    the decode's attention mask hides."""
     length = max(prefill.length for prefill, _ in groups)
     pads = [length - prefill.length for prefill, cells in groups for _ in cells]
     cache = DynamicCache()
     cache.layers = [
         _stacked([(prefill.sliding[layer], len(cells)) for prefill, cells in groups], length)
         if layer in groups[0][0].sliding
-        else (None if packed else _shared_layer(groups, layer, length))
+        else _shared_layer(groups, layer, length)
         or PrunedLayer.from_rows(
             [k for _, cells in groups for cell in cells for k in cell.layers[layer].keys],
             [v for _, cells in groups for cell in cells for v in cell.layers[layer].values],
