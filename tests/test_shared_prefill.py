@@ -97,7 +97,7 @@ def test_from_rows_attends_over_exactly_its_rows():
 
 def test_a_group_job_writes_what_each_cell_alone_writes(tmp_path, setup):
     """Samples batched two at a time in the group, one at a time alone: the same bytes, but for the attention that
-    served them: the group's shared-prefill kernel serves each of its cells, sdpa a cell alone
+    served them: kvzap's kernels over the group's batched pruned cache serve each of its cells, sdpa a cell alone
     (kvpress's presses drop entries from a dense cache)."""
     tok = tiny_tokenizer()
     model = tiny_model("llama", len(tok), max_position_embeddings=2048, **SHAPE)
@@ -118,7 +118,7 @@ def test_a_group_job_writes_what_each_cell_alone_writes(tmp_path, setup):
     run(cells, tmp_path / "group", batch_size=4)  # 2 samples x 2 cells per decode
     for cell in cells:
         run([cell], tmp_path / "alone")
-    served = {"group": (["kvzap"], ["shared"]), "alone": (["sdpa"], [])}
+    served = {"group": (["kvzap"], ["decode", "flash"]), "alone": (["sdpa"], [])}
     for cell in cells:
         for subset in subsets:
             group, alone = (tmp_path / root / cell / subset for root in ("group", "alone"))

@@ -2,11 +2,9 @@
 or suspicious cell can be traced to its kernel:
 
 implementations   the attention implementations the model's layers ran under ("kvzap", "sdpa", "eager", ...)
-segment_kernels   the kernels that served kvzap's attention over pruned layers: kvzap.pruning.segments' ("varlen",
-                  "decode", "flash", "rows"), and "shared" (a prefill group's decode, every cell's kept entries
-                  masked over their one prefill: kvzap.evaluation.shared_layer); none where no layer was pruned by a
-                  KVzap press and no group decoded (the full cache, kvpress's presses, which mask or drop in dense
-                  caches, or "kvzap" routing dense layers to sdpa)
+segment_kernels   the kernels of kvzap.pruning.segments that served kvzap's attention over pruned layers ("varlen",
+                  "decode", "flash", "rows"); none where no layer was pruned by a KVzap press (the full cache,
+                  kvpress's presses, which mask or drop in dense caches, or "kvzap" routing dense layers to sdpa)
 compiled          whether any attention call ran under torch.compile
 devices           the device types the model ran on ("cpu", "cuda")
 
@@ -20,7 +18,6 @@ from __future__ import annotations
 FIELD = "attention"
 NAMES = ("implementations", "segment_kernels", "devices")
 VARLEN_MISSING_ON_GPU = "⚠ no varlen on GPU"
-SHARED_KERNEL = "shared"  # a prefill group's decode (kvzap.evaluation.shared_layer)
 
 
 def union(records: list[dict | None]) -> dict | None:
@@ -38,9 +35,8 @@ def varlen_missing_on_gpu(record: dict) -> bool:
     """Whether a GPU cell's pruned layers were served, but never by the fused varlen kernel: it was unavailable there
     (a float32 model, an older torch; one that fails its first-use check stops the job instead), so the decoding
     kernel (or, in records written before it, the row loop) served every forward, at a speed no benchmark has
-    measured on a GPU. Beside varlen, the decoding kernel is by design: it serves windows that still hold padding;
-    so is a prefill group's own kernel, which reads no packed rows."""
-    kernels = [kernel for kernel in record["segment_kernels"] if kernel != SHARED_KERNEL]
+    measured on a GPU. Beside varlen, the decoding kernel is by design: it serves windows that still hold padding."""
+    kernels = record["segment_kernels"]
     return "cuda" in record["devices"] and bool(kernels) and "varlen" not in kernels
 
 

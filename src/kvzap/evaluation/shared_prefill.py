@@ -5,11 +5,9 @@ layer's attention input, keys and values) is the same for the full cache, every 
 and every kvpress scorer baseline at every ratio. This module runs that prefill once (`record`), lets each cell's
 press choose its kept entries from it by calling the press's own hook on the recorded layer (`kept_rows`, a
 `KeptCell` of `KeptLayer`s), and
-decodes the question and answer of all cells as one batch whose row i reads cell i's kept entries: through a mask
-over the one prefill they were chosen from (`SharedPrefillLayer`, kvzap.evaluation.shared_layer: one matmul per
-sample serves all its cells), or, where a press kept entries that are not copies of the prefill's, as packed rows
-of their own (`PrunedLayer.from_rows`). Several samples can decode together (rows: samples x cells): a shorter
-context counts as left padding that no layer stores, each row reads its question at its own positions, and questions of
+decodes the question and answer of all cells as one batch whose row i holds cell i's kept entries
+(`PrunedLayer.from_rows`). Several samples can decode together (rows: samples x cells): a shorter context counts
+as left padding that no pruned layer stores, each row reads its question at its own positions, and questions of
 different lengths are fed one column at a time past their common part (`decode`), so no row holds padding after
 its context. The per-cell path (`job.run_greedy`, kvpress's pipeline) stays the reference; the greedy answers agree
 with it, batched or not (tests/test_shared_prefill.py).
@@ -35,7 +33,6 @@ from tqdm import tqdm
 from transformers import DynamicCache, pipeline
 from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 
-from kvzap.evaluation.shared_layer import SharedPrefillLayer, kept_masks
 from kvzap.introspection import attention_modules
 from kvzap.layer_types import skipped_layers
 from kvzap.pruning.attention import use_kvzap_attention
@@ -178,8 +175,7 @@ def batched_cache(groups: list[tuple[Prefill, list[KeptCell]]], heads: int) -> D
     cache.layers = [
         _stacked([(prefill.sliding[layer], len(cells)) for prefill, cells in groups], length)
         if layer in groups[0][0].sliding
-        else _shared_layer(groups, layer, length)
-        or PrunedLayer.from_rows(
+        else PrunedLayer.from_rows(
             [k for _, cells in groups for cell in cells for k in cell.layers[layer].keys],
             [v for _, cells in groups for cell in cells for v in cell.layers[layer].values],
             heads,
@@ -189,19 +185,6 @@ def batched_cache(groups: list[tuple[Prefill, list[KeptCell]]], heads: int) -> D
         for layer in range(len(groups[0][0].keys))
     ]
     return cache
-
-
-def _shared_layer(groups: list[tuple[Prefill, list[KeptCell]]], layer: int, length: int) -> SharedPrefillLayer | None:
-    """The layer as each prefill once and its cells' masks, or None where a cell kept entries that are not copies
-    of its prefill's (then its rows are packed apart)."""
-    parts = []
-    for prefill, cells in groups:
-        keys, values = prefill.keys[layer][0], prefill.values[layer][0]
-        masks = kept_masks(keys, values, [cell.layers[layer] for cell in cells])
-        if masks is None:
-            return None
-        parts.append((keys, values, masks))
-    return SharedPrefillLayer(parts, length)
 
 
 def _stacked(parts: list[tuple[DynamicLayer, int]], length: int) -> DynamicLayer:

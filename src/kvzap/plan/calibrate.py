@@ -106,8 +106,8 @@ def _steps(model, cache, rows: int, start: int) -> None:
 
 def _decode_seconds(model, context_ids: torch.Tensor, rows: int, shared: bool) -> float:
     """One decoding step of `rows` rows over the prefill of `context_ids`: through a prefill group's batched cache
-    (`shared`, the "kvzap" attention over the shared prefill's masks) or a plain dense cache (the per-cell path).
-    Each repeat steps a fresh cache, built untimed; the median of DECODE_REPEATS after a warm-up."""
+    (`shared`, the "kvzap" attention over packed rows) or a plain dense cache (the per-cell path). Each repeat steps a
+    fresh cache, built untimed; the median of DECODE_REPEATS after a warm-up."""
     prefill = record(model, context_ids)
     length = context_ids.shape[1]
 
