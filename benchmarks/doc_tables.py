@@ -429,18 +429,45 @@ def paper_small_claim_rows() -> list[list[str]]:
 
 
 RECIPES = "cpu/recipe_comparison.json"
+RECIPE_NAMES = {"smollm2-135m": "paper", "smollm2-135m-demo-recipe": "demo"}
+
+
+def r2_ci(fit: dict) -> str:
+    return f"{num(fit['r2'], 3)} [{num(fit['ci'][0], 3)}, {num(fit['ci'][1], 3)}]"
 
 
 def recipe_rows() -> list[list[str]]:
     """Each recipe's surrogates on each recipe's held-out text and on the evaluation's 4k contexts."""
-    names = {"smollm2-135m": "paper", "smollm2-135m-demo-recipe": "demo"}
     rows = []
     for r in rec(RECIPES)["r2"]:
         on = r["on"]
-        for model, name in names.items():
+        for model, name in RECIPE_NAMES.items():
             on = on.replace(f"{model} held-out", f"{name} recipe's held-out prompts")
+        rows.append([RECIPE_NAMES[r["recipe"]], r["surrogate"], on, r2_ci(r)])
+    return rows
+
+
+RECIPES_2K = "cpu/recipes_2k.json"
+
+
+def two_k_rows() -> list[list[str]]:
+    """Each recipe's Linear, its MLP's three seeds together and each seed alone at 2k: score, paired differences
+    with the full cache and (an MLP) with its recipe's Linear at the nearest ratio, and R² on the 2k contexts."""
+    record = rec(RECIPES_2K)
+    fits = {(r["recipe"], r["surrogate"]): r for r in record["r2"] if "ruler-2k contexts" in r["on"]}
+
+    def paired(d: dict | None) -> str:
+        return f"{signed(d['difference'])} [{signed(d['ci'][0])}, {signed(d['ci'][1])}]" if d else ""
+
+    rows = []
+    for a in record["accuracy"]:
+        name = "linear" if a["method"] == "kvzap_linear" else f"mlp {a['seed']}"
+        fit = fits.get((a["recipe"], name))
+        r2 = r2_ci(fit) if fit else ""
+        shown = "mlp, 3 seeds" if name == "mlp None" else name
         rows.append(
-            [names[r["recipe"]], r["surrogate"], on, f"{num(r['r2'], 3)} [{num(r['ci'][0], 3)}, {num(r['ci'][1], 3)}]"]
+            [RECIPE_NAMES[a["recipe"]], shown, num(float(a["value"])), num(a["ratio"], 2), num(a["score"])]
+            + [str(a["n_samples"]), paired(a.get("vs_full")), paired(a.get("vs_linear")), r2]
         )
     return rows
 
@@ -514,6 +541,13 @@ TABLES = {
     ),
     "recipes": Table(
         RESULTS, "### The demo's recipe against the paper's", ("recipe", "surrogate", "R² on", "R² [95 %]"), recipe_rows
+    ),
+    "two-k": Table(
+        RESULTS,
+        "### The 2k question (`make paper-small-2k`)",
+        ("recipe", "surrogate", "τ", "ratio", "score", "rows", "− full cache [95 %]", "MLP − Linear [95 %]")
+        + ("R² on 2k contexts [95 %]",),
+        two_k_rows,
     ),
     "oracle": Table(
         BENCHMARKS,

@@ -80,6 +80,7 @@ def load_cells(config: dict, by_seed: bool = False) -> list[Cell]:
             for seed, own in rows.groupby("seed", sort=True):
                 ratio = float(own["ratio"].mean())
                 seed_metrics = metrics | {"compression_ratio": ratio, "average": metrics["seeds"][str(seed)]}
+                seed_metrics |= {"average_ci": None, "per_task": None, "per_task_ci": None}  # not the seed's: unset
                 out.append(Cell(cell.bench, cell.method, cell.value, seed_metrics, _per_sample(own), int(seed)))
     return out
 
