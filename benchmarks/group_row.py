@@ -11,19 +11,17 @@ from __future__ import annotations
 
 import argparse
 import time
-from pathlib import Path
 
 import torch
 
 from kvzap.atomic import atomic_write_json
-from kvzap.evaluation import methods, presses
+from kvzap.evaluation import presses
 from kvzap.evaluation.shared_prefill import batched_cache, decode, kept_rows, pipeline_prompt, record
-from kvzap.evaluation.spec import JobError, parse_cell
 from kvzap.evaluation.suites import ruler
 from kvzap.prepare.models import load
 from kvzap.pruning.attention import use_kvzap_attention
 from kvzap.surrogate.settings import KINDS
-from records import cpu_flags, output_file, positive_int, print_table
+from records import add_group_arguments, cpu_flags, group_cells, output_file, positive_int, print_table
 
 CELLS = [
     "full", *(f"{m}={t}" for m in ("kvzap_linear", "kvzap_mlp") for t in (-4.3, -3.4, -2.7, -1.8)),
@@ -40,23 +38,12 @@ def timed(run):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", type=Path, required=True, help="model.json of a prepared model")
-    parser.add_argument("--surrogates", type=Path, required=True, help="folder with linear/ and mlp/")
-    parser.add_argument("--cells", nargs="+", default=CELLS, help="METHOD or METHOD=VALUE, methods that share")
-    parser.add_argument("--context", type=positive_int, default=4096)
-    parser.add_argument("--tasks", nargs="+", default=["niah_single_2", "niah_multikey_1"])
-    parser.add_argument("--n-samples", type=positive_int, default=1, help="per task")
+    add_group_arguments(parser, CELLS, context=4096, n_samples=1)
     parser.add_argument("--max-new-tokens", type=positive_int, default=20)
     parser.add_argument("--threads", type=positive_int, default=1, help="1: as each of a run's parallel jobs")
     parser.add_argument("--out", type=output_file, required=True)
     args = parser.parse_args()
-    try:
-        cells = [parse_cell(c) for c in args.cells]
-    except JobError as err:
-        parser.error(str(err))
-    unshared = [m for m, _ in cells if not methods.METHODS[m].shares_prefill]
-    if unshared:
-        raise SystemExit(f"{unshared} prune with their own prefill: a group holds only methods that share one.")
+    cells = group_cells(parser, args.cells)
     torch.set_num_threads(args.threads)
     model, tokenizer = load(args.model, dtype="float32")
     use_kvzap_attention(model)

@@ -78,3 +78,29 @@ def output_folder(text: str) -> Path:
     if path.exists() and not path.is_dir():
         raise argparse.ArgumentTypeError(f"{text} is a file: give a folder path such as {path.parent / 'engines'}")
     return path
+
+
+def add_group_arguments(parser: argparse.ArgumentParser, cells: list[str], context: int, n_samples: int) -> None:
+    """What a script that evaluates one prefill group reads: a prepared model and its surrogates, the cells, and the
+    RULER-style rows they answer."""
+    parser.add_argument("--model", type=Path, required=True, help="model.json of a prepared model")
+    parser.add_argument("--surrogates", type=Path, required=True, help="folder with linear/ and mlp/")
+    parser.add_argument("--cells", nargs="+", default=cells, help="METHOD or METHOD=VALUE, methods that share")
+    parser.add_argument("--context", type=positive_int, default=context)
+    parser.add_argument("--tasks", nargs="+", default=["niah_single_2", "niah_multikey_1"])
+    parser.add_argument("--n-samples", type=positive_int, default=n_samples, help="per task")
+
+
+def group_cells(parser: argparse.ArgumentParser, texts: list[str]) -> list[tuple]:
+    """The cells as (method, value), refused by name unless every method shares a prefill (a group holds no other)."""
+    from kvzap.evaluation import methods
+    from kvzap.evaluation.spec import JobError, parse_cell
+
+    try:
+        cells = [parse_cell(c) for c in texts]
+    except JobError as err:
+        parser.error(str(err))
+    unshared = [m for m, _ in cells if not methods.METHODS[m].shares_prefill]
+    if unshared:
+        parser.error(f"{unshared} prune with their own prefill: a group holds only methods that share one.")
+    return cells

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import time
-from pathlib import Path
 
 import torch
 
@@ -22,11 +21,10 @@ from kvzap.atomic import atomic_write_json
 from kvzap.evaluation import job, methods, presses
 from kvzap.evaluation.grouping import samples_per_decode
 from kvzap.evaluation.shared_prefill import run_greedy_shared
-from kvzap.evaluation.spec import JobError, parse_cell
 from kvzap.evaluation.suites import ruler
 from kvzap.prepare.models import load
 from kvzap.surrogate.settings import KINDS
-from records import output_file, positive_int, print_table
+from records import add_group_arguments, group_cells, output_file, positive_int, print_table
 
 CELLS = [
     "full", "kvzap_linear=-3", "kvzap_linear=-2.6", "kvzap_mlp=-3", "kvzap_mlp=-2.6",
@@ -38,12 +36,7 @@ BATCHED_COLUMNS = ["samples_per_decode", "batched_s", "batched_vs_shared", "batc
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", type=Path, required=True, help="model.json of a prepared model")
-    parser.add_argument("--surrogates", type=Path, required=True, help="folder with linear/ and mlp/")
-    parser.add_argument("--cells", nargs="+", default=CELLS, help="METHOD or METHOD=VALUE, methods that share")
-    parser.add_argument("--context", type=positive_int, default=1024)
-    parser.add_argument("--tasks", nargs="+", default=["niah_single_2", "niah_multikey_1"])
-    parser.add_argument("--n-samples", type=positive_int, default=4, help="per task")
+    add_group_arguments(parser, CELLS, context=1024, n_samples=4)
     parser.add_argument("--max-new-tokens", type=positive_int, default=12)
     parser.add_argument("--threads", type=positive_int, default=2)
     parser.add_argument("--decode-batch", type=positive_int, default=16, help="cells decoded as one batch")
@@ -52,13 +45,7 @@ def main() -> None:
     parser.add_argument("--out", type=output_file, required=True)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    try:
-        cells = [parse_cell(c) for c in args.cells]
-    except JobError as err:
-        parser.error(str(err))
-    unshared = [m for m, _ in cells if not methods.METHODS[m].shares_prefill]
-    if unshared:
-        raise SystemExit(f"{unshared} prune with their own prefill: the sweep compares methods that share one.")
+    cells = group_cells(parser, args.cells)
     surrogates = {kind: args.surrogates / kind for kind in KINDS}
     _, tokenizer = load(args.model, dtype="float32")
     rows = ruler.load("offline", str(args.context), tokenizer, args.n_samples, 42, tasks=args.tasks)

@@ -12,7 +12,7 @@ from pathlib import Path
 from kvzap.atomic import atomic_write_json
 from kvzap.plan import forecast, overlays, paths, schedule
 from kvzap.plan.sweep import cells
-from kvzap.refusal import entry_point
+from kvzap.refusal import Refusal, entry_point
 
 
 @entry_point
@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> None:
 def entry_targets(config: dict, entry: str) -> list[str]:
     entries = config["evaluation"]["benchmarks"]
     if entry not in entries:
-        raise SystemExit(f"--targets {entry}: no such benchmark entry in this config; it has {', '.join(entries)}")
+        raise Refusal(f"--targets {entry}: no such benchmark entry in this config; it has {', '.join(entries)}")
     return [f"{paths.cell_dir(config['results'], cell)}/metrics.json" for cell in cells(config) if cell.bench == entry]
 
 
