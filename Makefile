@@ -101,8 +101,8 @@ paper-small-recipes: setup
 # (sharing the oracle data and surrogates of paper-small and paper-small-recipes), then both recipes compared there.
 PAPER_SMALL_2K := config/paper_small.yaml config/paper_small_recipes.yaml config/paper_small_2k.yaml
 paper-small-2k: setup
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" snakemake --cores $(CORES) \
-	  $$($(PY) -m kvzap.plan $(PAPER_SMALL_2K) --targets ruler-2k) --configfile $(PAPER_SMALL_2K) && \
+	targets=$$($(PY) -m kvzap.plan $(PAPER_SMALL_2K) --targets ruler-2k) && \
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" snakemake --cores $(CORES) $$targets --configfile $(PAPER_SMALL_2K) && \
 	$(PY) -m kvzap.ablations.recipes --config $(PAPER_SMALL_2K) --bench ruler-2k --n-contexts 4 \
 	  --out results/paper-small/recipes_2k.json
 
