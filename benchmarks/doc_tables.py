@@ -461,12 +461,14 @@ def two_k_rows() -> list[list[str]]:
 
     rows = []
     for a in record["accuracy"]:
-        name = "linear" if a["method"] == "kvzap_linear" else f"mlp {a['seed']}"
-        fit = fits.get((a["recipe"], name))
+        if a["method"] == "kvzap_linear":
+            name = "linear"
+        else:
+            name = "mlp, 3 seeds" if a["seed"] is None else f"mlp {a['seed']}"
+        fit = fits.get((a["recipe"], name))  # none for the seeds together: each seed has its own fit
         r2 = r2_ci(fit) if fit else ""
-        shown = "mlp, 3 seeds" if name == "mlp None" else name
         rows.append(
-            [RECIPE_NAMES[a["recipe"]], shown, num(float(a["value"])), num(a["ratio"], 2), num(a["score"])]
+            [RECIPE_NAMES[a["recipe"]], name, num(float(a["value"])), num(a["ratio"], 2), num(a["score"])]
             + [str(a["n_samples"]), paired(a.get("vs_full")), paired(a.get("vs_linear")), r2]
         )
     return rows

@@ -146,8 +146,13 @@ def keeps(d: dict) -> str:
     return UNTESTABLE
 
 
-def _of(cells: list[Cell], method: str, bench: str | None = None) -> list[Cell]:
+def of(cells: list[Cell], method: str, bench: str | None = None) -> list[Cell]:
     return [c for c in cells if c.method == method and (bench is None or c.bench == bench)]
+
+
+def widest(cells: list[Cell]) -> Cell | None:
+    """The cell with the most samples: where the cheap methods ran on every row."""
+    return max(cells, key=lambda c: len(c.samples), default=None)
 
 
 def nearest(cells: list[Cell], ratio: float) -> Cell | None:
@@ -157,13 +162,13 @@ def nearest(cells: list[Cell], ratio: float) -> Cell | None:
 
 def _main_bench(cells: list[Cell]) -> str | None:
     """The entry with the most full-cache samples: where the cheap methods ran on every row."""
-    full = _of(cells, "full")
-    return max(full, key=lambda c: len(c.samples)).bench if full else None
+    full = widest(of(cells, "full"))
+    return full.bench if full else None
 
 
 def informative_tasks(cells: list[Cell]) -> list[str]:
     """The tasks on which the full cache (of the main entry) scores FLOOR points or more."""
-    full = _of(cells, "full", _main_bench(cells))
+    full = of(cells, "full", _main_bench(cells))
     if not full:
         return sorted({task for c in cells for task in c.samples["task"]})
     per_task = full[0].samples.groupby("task")["score"].mean() * 100
@@ -196,8 +201,8 @@ def holds_full_cache(cells: list[Cell]) -> dict:
     claim = "KVzap keeps the full cache's RULER accuracy at 2-4x compression (ratio 0.5-0.75)"
     paper = "RULER 4k: Qwen3-8B 95.32 -> 95.09 at 0.74 (MLP, tau -4); Llama-3.1-8B 95.69 -> 95.55 at 0.68 (Linear, -7)"
     bench = _main_bench(cells)
-    full = _of(cells, "full", bench)
-    diffs = [difference(c, full[0]) for m in SURROGATES for c in _of(cells, m, bench) if c.ratio >= 0.5] if full else []
+    full = of(cells, "full", bench)
+    diffs = [difference(c, full[0]) for m in SURROGATES for c in of(cells, m, bench) if c.ratio >= 0.5] if full else []
     if not diffs:
         return _claim(claim, paper, UNTESTABLE, "no KVzap cell reached ratio 0.5 beside a full-cache cell")
     held = [d for d in diffs if keeps(d) == AGREES]
@@ -219,12 +224,12 @@ def holds_full_cache(cells: list[Cell]) -> dict:
 def matches_reference(cells: list[Cell], claim: str, paper: str, method: str, reference: str, which: dict) -> dict:
     """`which` methods (one row each) against `reference` at the reference's ratios, on the entry where both ran."""
     diffs = []
-    for ref in _of(cells, reference):
+    for ref in of(cells, reference):
         for m in which:
-            match = nearest(_of(cells, m, ref.bench), ref.ratio)
+            match = nearest(of(cells, m, ref.bench), ref.ratio)
             if match is not None:
                 diffs.append(difference(match, ref))
-    if not _of(cells, reference):
+    if not of(cells, reference):
         return _claim(claim, paper, UNTESTABLE, f"{reference} was not run (not among the config's methods)")
     if not diffs:
         return _claim(claim, paper, UNTESTABLE, f"no {method} cell at the ratio of a {reference} cell (within {MATCH})")
@@ -260,8 +265,8 @@ def threshold_beats_topk(cells: list[Cell]) -> dict:
     paper = "Fig 5 right (RULER 4k inferred): the threshold curve lies above both top-k curves"
     diffs = []
     for topk in ("kvzap_mlp_head", "kvzap_mlp_layer"):
-        for cell in _of(cells, topk):
-            match = nearest(_of(cells, "kvzap_mlp", cell.bench), cell.ratio)
+        for cell in of(cells, topk):
+            match = nearest(of(cells, "kvzap_mlp", cell.bench), cell.ratio)
             if match is not None:
                 diffs.append(difference(match, cell))
     if not diffs:
@@ -279,9 +284,9 @@ def window_needed(cells: list[Cell]) -> dict:
     claim = "Without the 128-token window accuracy collapses; 512 tokens add nothing"
     paper = "LongBench LCC, Qwen3-8B, MLP tau -4: w=0 28.37, w=128 62.51, w=512 62.37"
     diffs = []
-    for base in _of(cells, "kvzap_mlp"):
+    for base in of(cells, "kvzap_mlp"):
         for method in ("kvzap_mlp_w0", "kvzap_mlp_w512"):
-            diffs += [difference(c, base) for c in _of(cells, method, base.bench) if c.value == base.value]
+            diffs += [difference(c, base) for c in of(cells, method, base.bench) if c.value == base.value]
     w0 = [d for d in diffs if d["a"].startswith("kvzap_mlp_w0 ")]
     w512 = [d for d in diffs if d["a"].startswith("kvzap_mlp_w512 ")]
     if not w0 or not w512:
@@ -299,7 +304,7 @@ def ratio_adapts(cells: list[Cell]) -> dict:
     paper = "Fig 5 left: per-prompt ratios vary by up to 20 %; same tau, lower ratio on LongBench than on RULER"
     bench = _main_bench(cells)
     spreads = []
-    for cell in _of(cells, "kvzap_mlp", bench):
+    for cell in of(cells, "kvzap_mlp", bench):
         per_task = cell.samples.groupby("task")["ratio"].mean()
         p5, p95 = np.quantile(cell.samples["ratio"], [0.05, 0.95])
         spreads.append((cell, float(per_task.max() - per_task.min()), float(p95 - p5), per_task))

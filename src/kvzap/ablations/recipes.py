@@ -19,7 +19,7 @@ import torch
 from kvzap import dtypes
 from kvzap.ablations.training_data import benchmark_pairs
 from kvzap.atomic import atomic_write_json
-from kvzap.claims import FLOOR, Cell, difference, informative_tasks, load_cells, nearest, on_tasks
+from kvzap.claims import FLOOR, Cell, difference, informative_tasks, load_cells, nearest, of, on_tasks, widest
 from kvzap.evaluation.suites import benchmark_module
 from kvzap.plan import overlays, paths
 from kvzap.plan.inputs import surrogate_seeds
@@ -95,26 +95,20 @@ def accuracy(cells: list[Cell]) -> list[dict]:
         model = cell.metrics["model"]
         row = {"recipe": model, "bench": cell.bench, "method": cell.method, "value": cell.value, "seed": cell.seed}
         row |= {"ratio": round(cell.ratio, 4), "n_samples": len(cell.samples), "score": cell.metrics["average"]}
-        full = _widest([c for c in cells if c.method == "full" and c.bench == cell.bench]) or _widest(
-            [c for c in cells if c.method == "full"]
-        )
+        full = widest(of(cells, "full", cell.bench)) or widest(of(cells, "full"))
         if full is not None:
             row["vs_full"] = difference(cell, full)
-        same = [c for c in cells if c.method == cell.method and c.seed == cell.seed]
-        other = nearest([c for c in same if c.metrics["model"] != model], cell.ratio)
+        others = [c for c in of(cells, cell.method) if c.seed == cell.seed and c.metrics["model"] != model]
+        other = nearest(others, cell.ratio)
         if other is not None:
             row["vs_other_recipe"] = {"recipe": other.metrics["model"], **difference(cell, other)}
         if cell.method == "kvzap_mlp":
-            linear = [c for c in cells if c.method == "kvzap_linear" and c.bench == cell.bench]
-            linear = nearest([c for c in linear if c.metrics["model"] == model], cell.ratio)
+            own = [c for c in of(cells, "kvzap_linear", cell.bench) if c.metrics["model"] == model]
+            linear = nearest(own, cell.ratio)
             if linear is not None:
                 row["vs_linear"] = difference(cell, linear)
         rows.append(row)
     return rows
-
-
-def _widest(cells: list[Cell]) -> Cell | None:
-    return max(cells, key=lambda c: len(c.samples), default=None)
 
 
 def settings(config: dict) -> dict:
